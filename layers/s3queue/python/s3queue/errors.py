@@ -1,0 +1,55 @@
+"""The exception tree of S3Queue.
+
+    S3QueueError
+     +-- Conflict            an expected lost race: a conditional write or delete did not apply
+     +-- StorageError        S3 failed after retries, or answered something unexpected
+     |    +-- BucketNotFound
+     |    +-- AccessDenied   wrong or missing credentials, or a policy that forbids the call
+     |    +-- EndpointUnreachable
+     +-- QueueNotFound       an admin call named a queue that has no objects
+     +-- MalformedMessage    a body that cannot be encoded, or an object that cannot be decoded
+     +-- LeaseLost           a worker's lease on a ticket was taken over; it must stop
+     +-- PermanentError      raised by a handler: send the message to the DLQ at once
+"""
+
+from __future__ import annotations
+
+
+class S3QueueError(Exception):
+    """Base of every error S3Queue raises."""
+
+
+class Conflict(S3QueueError):
+    """A conditional write lost: the object changed, exists, or is gone (412 / 409)."""
+
+
+class StorageError(S3QueueError):
+    """S3 answered an error that retries did not cure."""
+
+
+class BucketNotFound(StorageError):
+    """The bucket does not exist."""
+
+
+class AccessDenied(StorageError):
+    """Credentials are missing, wrong, or not allowed this call."""
+
+
+class EndpointUnreachable(StorageError):
+    """No S3 server answered at the endpoint."""
+
+
+class QueueNotFound(S3QueueError):
+    """No queue of that name exists in the bucket."""
+
+
+class MalformedMessage(S3QueueError):
+    """A message body or stored object that cannot be encoded or decoded."""
+
+
+class LeaseLost(S3QueueError):
+    """The worker's lease on a ticket was taken over (fencing): stop without committing."""
+
+
+class PermanentError(S3QueueError):
+    """Raised by a handler to dead-letter the message at once, without retries."""

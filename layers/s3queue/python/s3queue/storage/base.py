@@ -1,0 +1,89 @@
+"""The `Storage` protocol and the records it returns."""
+
+from __future__ import annotations
+
+import itertools
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Protocol
+
+_counter = itertools.count()
+_PROCESS = os.urandom(6).hex()
+
+
+def new_token() -> str:
+    """A token unique to one write of this process (random process id + counter)."""
+    return f"{_PROCESS}-{next(_counter)}"
+
+
+@dataclass(frozen=True, slots=True)
+class Object:
+    """An object's bytes and version."""
+
+    key: str
+    body: bytes
+    etag: str
+    last_modified_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class Head:
+    """An object's version and the token of the write that made it."""
+
+    etag: str
+    token: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """One key of a listing."""
+
+    key: str
+    etag: str
+    size: int
+    last_modified_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class Page:
+    """One page of a listing; `truncated` means more keys follow the last one."""
+
+    entries: list[Entry]
+    truncated: bool
+
+
+class Storage(Protocol):
+    """Atomic single-key operations on one bucket (see the package docstring)."""
+
+    def get(self, key: str) -> Object | None:
+        """The object, or None if it does not exist."""
+        ...
+
+    def head(self, key: str) -> Head | None:
+        """The object's ETag and writer token, or None if it does not exist."""
+        ...
+
+    def put(
+        self,
+        key: str,
+        body: bytes,
+        *,
+        if_match: str | None = None,
+        if_none_match: bool = False,
+        token: str | None = None,
+    ) -> str:
+        """Write the object and return its new ETag; `Conflict` if a condition failed."""
+        ...
+
+    def delete(self, key: str, *, if_match: str | None = None) -> None:
+        """Delete the object; missing is fine, a changed ETag is `Conflict`."""
+        ...
+
+    def delete_many(self, keys: Iterable[str]) -> None:
+        """Delete up to 1,000 keys in one request; missing keys are fine."""
+        ...
+
+    def list(self, prefix: str, *, start_after: str | None = None, limit: int = 1000) -> Page:
+        """Up to `limit` (at most 1,000) keys under `prefix` after `start_after`, in order."""
+        ...

@@ -1,0 +1,114 @@
+"""`MemoryStorage`: the storage semantics of S3, in memory, for fast deterministic tests."""
+
+from __future__ import annotations
+
+import bisect
+import hashlib
+import threading
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from s3queue.clock import Clock, SystemClock
+from s3queue.errors import Conflict
+from s3queue.storage.base import Entry, Head, Object, Page
+
+
+@dataclass(slots=True)
+class _Stored:
+    body: bytes
+    etag: str
+    token: str | None
+    modified_ms: int
+
+
+class MemoryStorage:
+    """Thread-safe: every call holds one lock, so each is atomic like a single S3 request.
+
+    ETags are MD5 digests of the body, as in S3, so identical bodies share an ETag: callers put
+    a token in every body they CAS.
+    """
+
+    def __init__(self, clock: Clock | None = None) -> None:
+        self._clock = clock or SystemClock()
+        self._objects: dict[str, _Stored] = {}
+        self._keys: list[str] = []
+        self._lock = threading.Lock()
+
+    def get(self, key: str) -> Object | None:
+        with self._lock:
+            stored = self._objects.get(key)
+            if stored is None:
+                return None
+            return Object(key, stored.body, stored.etag, stored.modified_ms)
+
+    def head(self, key: str) -> Head | None:
+        with self._lock:
+            stored = self._objects.get(key)
+            return None if stored is None else Head(stored.etag, stored.token)
+
+    def put(
+        self,
+        key: str,
+        body: bytes,
+        *,
+        if_match: str | None = None,
+        if_none_match: bool = False,
+        token: str | None = None,
+    ) -> str:
+        try:
+            return self._put(key, body, if_match, if_none_match, token)
+        except Conflict:
+            head = self.head(key) if token is not None else None
+            if head is not None and head.token == token:
+                return head.etag
+            raise
+
+    def _put(
+        self, key: str, body: bytes, if_match: str | None, if_none_match: bool, token: str | None
+    ) -> str:
+        with self._lock:
+            current = self._objects.get(key)
+            if if_none_match and current is not None:
+                raise Conflict(f"{key} exists")
+            if if_match is not None and (current is None or current.etag != if_match):
+                raise Conflict(f"{key} changed")
+            etag = hashlib.md5(body, usedforsecurity=False).hexdigest()
+            if current is None:
+                bisect.insort(self._keys, key)
+            self._objects[key] = _Stored(body, etag, token, self._clock.now_ms())
+            return etag
+
+    def delete(self, key: str, *, if_match: str | None = None) -> None:
+        with self._lock:
+            current = self._objects.get(key)
+            if current is None:
+                return
+            if if_match is not None and current.etag != if_match:
+                raise Conflict(f"{key} changed")
+            self._remove(key)
+
+    def delete_many(self, keys: Iterable[str]) -> None:
+        with self._lock:
+            for key in keys:
+                if key in self._objects:
+                    self._remove(key)
+
+    def _remove(self, key: str) -> None:
+        del self._objects[key]
+        self._keys.pop(bisect.bisect_left(self._keys, key))
+
+    def list(self, prefix: str, *, start_after: str | None = None, limit: int = 1000) -> Page:
+        limit = min(limit, 1000)
+        with self._lock:
+            index = bisect.bisect_left(self._keys, prefix)
+            if start_after is not None:
+                index = max(index, bisect.bisect_right(self._keys, start_after))
+            entries: list[Entry] = []
+            while index < len(self._keys) and self._keys[index].startswith(prefix):
+                if len(entries) == limit:
+                    return Page(entries, truncated=True)
+                key = self._keys[index]
+                stored = self._objects[key]
+                entries.append(Entry(key, stored.etag, len(stored.body), stored.modified_ms))
+                index += 1
+            return Page(entries, truncated=False)
