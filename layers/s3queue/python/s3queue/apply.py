@@ -1,0 +1,186 @@
+"""Applying a committed ticket's outcomes: idempotent, so anyone who finds it committed may.
+
+Order per ticket: PUT every copy (retry copies, remainders, dead letters), mark explicit-id
+markers done, delete the source objects, then DELETE the ticket. Copies carry the ticket as
+their origin (``~o<epoch>-<seq>``) and the coordinator does not dispatch them while the ticket
+lives, so a second applier that re-PUTs a copy can never revive one already consumed. A source
+object is deleted only after its copies exist, and the ticket only after all of that.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from s3queue.errors import Conflict, MalformedMessage
+from s3queue.keys import MsgKey, QueueKeys, parse_msg_name, ticket_name
+from s3queue.model import Outcome, Record, Ref, Ticket, decode_records, encode_records
+from s3queue.model import foreign_record as _foreign
+from s3queue.storage.base import Storage, new_token
+
+
+@dataclass(frozen=True, slots=True)
+class Loaded:
+    """The records of one ref, or why there are none."""
+
+    records: list[Record]
+    error: str | None = None
+    """Set when the object could not be decoded; `records` then holds one raw record."""
+
+
+def load_ref(storage: Storage, keys: QueueKeys, ref: Ref, max_bytes: int) -> Loaded | None:
+    """GET a ref's object and decode it; None if it is gone (its outcomes were applied)."""
+    obj = storage.get(ref.key)
+    if obj is None:
+        return None
+    name = ref.key[len(keys.root) :]
+    if ref.key.startswith(keys.msg) and parse_msg_name(name[4:]) is not None:
+        try:
+            records = decode_records(obj.body)
+        except MalformedMessage as exc:
+            return Loaded([_foreign(name, obj.body, obj.last_modified_ms)], str(exc))
+    else:
+        records = [_foreign(name, obj.body, obj.last_modified_ms)]
+    if len(obj.body) > max_bytes:
+        return Loaded(records, f"oversized: {len(obj.body)} bytes > {max_bytes}")
+    return Loaded(records)
+
+
+Loader = Callable[[Ref], Loaded | None]
+
+
+def apply_ticket(
+    storage: Storage, keys: QueueKeys, ticket: Ticket, etag: str, loader: Loader
+) -> None:
+    """Carry out a committed ticket's outcomes, then delete it."""
+    origin = ticket_name(ticket.epoch, ticket.seq)
+    by_ref: dict[str, list[Outcome]] = {}
+    for outcome in ticket.outcomes:
+        by_ref.setdefault(outcome.ref, []).append(outcome)
+    sources: list[str] = []
+    for ref in ticket.refs:
+        outcomes = by_ref.get(ref.key, [])
+        untouched = all(o.kind == "release" for o in outcomes) and not ref.redeliveries
+        if not outcomes or untouched:
+            continue
+        loaded = loader(ref)
+        if loaded is None:
+            continue  # already applied by someone else
+        _apply_ref(storage, keys, ticket, origin, ref, loaded.records, outcomes)
+        sources.append(ref.key)
+    msg_sources = [k for k in sources if k.startswith(keys.msg)]
+    if msg_sources:
+        storage.delete_many(msg_sources)
+    for key in sources:
+        if not key.startswith(keys.msg):
+            _delete_foreign(storage, key, ticket)
+    storage.delete(keys.ticket(ticket.epoch, ticket.seq), if_match=etag)
+
+
+def _delete_foreign(storage: Storage, key: str, ticket: Ticket) -> None:
+    ref = next(r for r in ticket.refs if r.key == key)
+    # Conflict: the other service put a new object under the same name, a new message.
+    with contextlib.suppress(Conflict):
+        storage.delete(key, if_match=ref.etag)
+
+
+def _apply_ref(
+    storage: Storage,
+    keys: QueueKeys,
+    ticket: Ticket,
+    origin: str,
+    ref: Ref,
+    records: list[Record],
+    outcomes: list[Outcome],
+) -> None:
+    kinds = {o.id: o for o in outcomes}
+    source = parse_msg_name(ref.key[len(keys.msg) :]) if ref.key.startswith(keys.msg) else None
+    released: list[Record] = []
+    for record in records:
+        outcome = kinds.get(record.id)
+        attempt = record.attempt + ref.redeliveries
+        if outcome is None or outcome.kind == "release":
+            released.append(_with(record, attempt=attempt))
+        elif outcome.kind == "retry":
+            _put_retry(storage, keys, record, outcome, attempt, source, origin)
+        elif outcome.kind == "dead":
+            _put_dead(storage, keys, record, outcome, attempt, ref.key)
+        if outcome is not None and outcome.kind in ("done", "dead") and record.dedup:
+            _mark_done(storage, keys, record.id)
+    if released:
+        sort_ms = source.sort_ms if source else ticket.created_ms
+        base = source.id if source else released[0].id
+        key = MsgKey(
+            sort_ms,
+            base,
+            source.group if source else None,
+            source.not_before_ms if source else 0,
+            len(released),
+            origin,
+        )
+        _create(storage, keys.msg_key(key), encode_records(released, new_token()))
+
+
+def _with(record: Record, **changes: object) -> Record:
+    data = record.to_json()
+    data.update({k: v for k, v in changes.items()})
+    return Record.from_json(data)
+
+
+def _put_retry(
+    storage: Storage,
+    keys: QueueKeys,
+    record: Record,
+    outcome: Outcome,
+    attempt: int,
+    source: MsgKey | None,
+    origin: str,
+) -> None:
+    error = {"attempt": attempt, "at": outcome.at_ms, "error": outcome.error}
+    retry = _with(record, attempt=attempt + 1, errors=[*record.errors, error])
+    due = outcome.at_ms + outcome.delay_ms
+    if record.group is not None and source is not None:
+        # FIFO: keep the group's place in line; the group waits until the retry is due.
+        key = MsgKey(source.sort_ms, record.id, record.group, due, 1, origin)
+    else:
+        key = MsgKey(due, record.id, None, 0, 1, origin)
+    _create(storage, keys.msg_key(key), encode_records([retry], new_token()))
+
+
+def _put_dead(
+    storage: Storage,
+    keys: QueueKeys,
+    record: Record,
+    outcome: Outcome,
+    attempt: int,
+    source_key: str,
+) -> None:
+    error = {"attempt": attempt, "at": outcome.at_ms, "error": outcome.error}
+    entry = record.to_json()
+    entry.update(
+        {
+            "v": 1,
+            "token": new_token(),
+            "queue": keys.queue,
+            "source": source_key,
+            "dead_ms": outcome.at_ms,
+            "attempts": attempt,
+            "errors": [*record.errors, error],
+            "reason": outcome.error,
+        }
+    )
+    _create(storage, keys.dead(outcome.at_ms, record.id), json.dumps(entry).encode())
+
+
+def _mark_done(storage: Storage, keys: QueueKeys, message_id: str) -> None:
+    token = new_token()
+    body = json.dumps({"v": 1, "token": token, "state": "done"}).encode()
+    storage.put(keys.marker(message_id), body, token=token)
+
+
+def _create(storage: Storage, key: str, body: bytes) -> None:
+    # Conflict: an earlier apply of this same commit wrote it (keys are deterministic).
+    with contextlib.suppress(Conflict):
+        storage.put(key, body, if_none_match=True)

@@ -1,0 +1,396 @@
+"""The coordinator of one queue: lead, list, reap, plan and publish tickets, one tick at a time.
+
+A tick costs a bounded number of requests whatever the backlog: one LIST of tickets, one of
+the inbox, at most ``scan_pages`` of messages from the cursor, and one PUT per new ticket.
+
+Race that fixes the order of the LISTs:
+
+    worker     apply outcomes (delete msg) --- DELETE ticket
+    leader                 LIST tickets ................. LIST msg/
+Tickets are listed first. A ticket missing from that LIST was deleted before it, after its
+outcomes were applied, so the later LIST of messages cannot show its finished messages as new.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from s3queue import scan
+from s3queue.clock import Clock, SystemClock
+from s3queue.config import CoordinatorSettings, QueueSettings
+from s3queue.errors import Conflict, MalformedMessage
+from s3queue.events import Emitter, Listener
+from s3queue.keys import QueueKeys, check_queue_name, parse_msg_name, parse_ticket_name
+from s3queue.lease import LeaderLease
+from s3queue.model import Ref, Ticket
+from s3queue.storage.base import Entry, Storage, new_token
+
+Invoker = Callable[[dict[str, Any]], None]
+"""Starts a worker on a ticket payload (Lambda ``Event`` invoke, or a local pool)."""
+
+
+@dataclass(slots=True)
+class Known:
+    """A live ticket as the leader last saw it."""
+
+    ticket: Ticket
+    etag: str
+    invoked_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class TickResult:
+    """What one tick did and saw."""
+
+    leader: bool
+    dispatched: int = 0
+    live_tickets: int = 0
+    waiting: int = 0
+    """Ready messages it could not dispatch yet (backpressure or busy groups)."""
+    reaped: int = 0
+
+    @property
+    def idle(self) -> bool:
+        return self.leader and not (self.dispatched or self.live_tickets or self.waiting)
+
+
+@dataclass(slots=True)
+class _Memory:
+    """The leader's view; rebuilt from S3 at every new epoch."""
+
+    epoch: int = 0
+    next_seq: int = 0
+    cursor_ms: int = 0
+    swept_ms: int = 0
+    known: dict[str, Known] = field(default_factory=dict)
+
+
+class Coordinator:
+    """Dispatches one queue's messages as tickets while it holds the queue's lease."""
+
+    def __init__(
+        self,
+        storage: Storage,
+        queue: str,
+        *,
+        invoker: Invoker,
+        prefix: str = "s3queue",
+        settings: QueueSettings | None = None,
+        coordination: CoordinatorSettings | None = None,
+        clock: Clock | None = None,
+        owner: str | None = None,
+        listener: Listener | None = None,
+    ) -> None:
+        self.storage = storage
+        self.keys = QueueKeys(prefix, check_queue_name(queue))
+        self.settings = settings or QueueSettings()
+        self.config = coordination or CoordinatorSettings()
+        self.clock = clock or SystemClock()
+        self.invoker = invoker
+        self.emit = Emitter(queue, listener)
+        self.owner = owner or uuid.uuid4().hex[:12]
+        self.lease = LeaderLease(
+            storage,
+            self.keys.lease,
+            owner=self.owner,
+            clock=self.clock,
+            ttl_ms=_ms(self.config.lease_ttl),
+            skew_ms=_ms(self.config.skew_tolerance),
+        )
+        self.memory = _Memory()
+
+    def tick(self) -> TickResult:
+        """Lead if possible, then reconcile tickets and dispatch what is ready."""
+        if not self.lease.ensure():
+            self.memory = _Memory()
+            self.emit("not_leader", self.clock.now_ms(), owner=self.owner)
+            return TickResult(leader=False)
+        if self.lease.epoch != self.memory.epoch:
+            self.memory = _Memory(epoch=self.lease.epoch)
+            self.emit("takeover", self.clock.now_ms(), epoch=self.lease.epoch, owner=self.owner)
+        listed = self._list_tickets()
+        if self.lease.pending_seals() and not self._seal(listed):
+            return TickResult(leader=False)
+        reaped = self._reconcile(listed)
+        return self._dispatch(reaped)
+
+    def probe(self) -> bool:
+        """One LIST: is there anything at all to do (inbox, ready messages, live tickets)?
+
+        What an idle queue costs per scheduled run. Delayed messages alone are not work.
+        """
+        page = self.storage.list(self.keys.root, start_after=self.keys.live_start)
+        now = self.clock.now_ms()
+        for entry in page.entries:
+            name = entry.key[len(self.keys.root) :]
+            if name.startswith(("inbox/", "tickets/")):
+                return True
+            if not name.startswith("msg/"):
+                continue
+            parsed = parse_msg_name(name[4:])
+            if parsed is None or parsed.ready_ms <= now:
+                return True
+        return page.truncated
+
+    def release(self) -> None:
+        """Give up the lease now (end of a Lambda invocation) so the next run takes over at once."""
+        if self.lease.leading:
+            self.lease.release(self.memory.next_seq - 1)
+            self.emit("release", self.clock.now_ms(), epoch=self.memory.epoch)
+        self.memory = _Memory()
+
+    def _list_tickets(self) -> list[Entry]:
+        entries: list[Entry] = []
+        start: str | None = None
+        while True:
+            page = self.storage.list(self.keys.tickets, start_after=start)
+            entries.extend(page.entries)
+            if not page.truncated or not page.entries:
+                return entries
+            start = page.entries[-1].key
+
+    def _seal(self, listed: list[Entry]) -> bool:
+        """Fix the highest valid seq of every taken-over epoch, and forget empty epochs."""
+        doc = self.lease.doc
+        assert doc is not None
+        highest: dict[int, int] = {}
+        for entry in listed:
+            parsed = parse_ticket_name(entry.key[len(self.keys.tickets) :])
+            if parsed is not None:
+                highest[parsed[0]] = max(highest.get(parsed[0], -1), parsed[1])
+        seals = {
+            epoch: highest[epoch] if seal < 0 else seal
+            for epoch, seal in doc.seals.items()
+            if epoch in highest
+        }
+        sealed = self.lease.update_seals(seals)
+        self.emit("seal", self.clock.now_ms(), epoch=doc.epoch, seals=seals, ok=sealed)
+        return sealed
+
+    def _reconcile(self, listed: list[Entry]) -> int:
+        """Learn unknown tickets, drop fenced ones, forget finished ones, reap expired ones."""
+        doc = self.lease.doc
+        assert doc is not None
+        memory, now, reaped = self.memory, self.clock.now_ms(), 0
+        seen: set[str] = set()
+        for entry in listed:
+            parsed = parse_ticket_name(entry.key[len(self.keys.tickets) :])
+            if parsed is None:
+                continue
+            if not doc.accepts(*parsed):
+                self._drop_fenced(entry)
+                continue
+            seen.add(entry.key)
+            known = memory.known.get(entry.key) or self._learn(entry, now)
+            if known is not None:
+                reaped += self._check(entry, known, now)
+        for key in [k for k in memory.known if k not in seen]:
+            self._forget(key)
+        return reaped
+
+    def _drop_fenced(self, entry: Entry) -> None:
+        # No worker ever accepts it (LeaseDoc.accepts is stable while the ticket exists).
+        try:
+            self.storage.delete(entry.key, if_match=entry.etag)
+        except Conflict:
+            return
+        self.emit("fenced", self.clock.now_ms(), ticket=entry.key)
+
+    def _learn(self, entry: Entry, now: int, *, invoked_ms: int | None = None) -> Known | None:
+        obj = self.storage.get(entry.key)
+        if obj is None:
+            return None
+        try:
+            ticket = Ticket.decode(obj.body)
+        except MalformedMessage:
+            self.emit("corrupt_ticket", now, ticket=entry.key)
+            return None
+        known = Known(ticket, obj.etag, invoked_ms=now if invoked_ms is None else invoked_ms)
+        self.memory.known[entry.key] = known
+        return known
+
+    def _forget(self, key: str) -> None:
+        known = self.memory.known.pop(key)
+        # A finished ticket may leave released messages, or a FIFO retry, behind the cursor.
+        sorts = [k.sort_ms for r in known.ticket.refs if (k := _msg_key(self, r.key))]
+        if sorts:
+            self.memory.cursor_ms = min(self.memory.cursor_ms, *sorts)
+
+    def _check(self, entry: Entry, known: Known, now: int) -> int:
+        """Re-invoke a ticket nobody works on; reap one whose claim expired. 1 if reaped."""
+        timeout = _ms(self.config.dispatch_timeout)
+        if entry.etag != known.etag:
+            # Changed since we read it (claim, heartbeat, commit): read it again only once it
+            # has been quiet for a while, so a healthy ticket costs no GET at all.
+            quiet = now - entry.last_modified_ms
+            expiry = _ms(self.settings.visibility_timeout + self.config.skew_tolerance)
+            if quiet < min(expiry, timeout):
+                return 0
+            fresh = self._learn(entry, now, invoked_ms=known.invoked_ms)
+            if fresh is None:
+                return 0
+            known = fresh
+        ticket = known.ticket
+        if ticket.state == "claimed":
+            if ticket.lease_until_ms + _ms(self.config.skew_tolerance) < now:
+                return self._reap(entry.key, known, now)
+            return 0
+        if now - known.invoked_ms >= timeout:
+            self._invoke(entry.key, known, now, reason=f"{ticket.state} for {timeout} ms")
+        return 0
+
+    def _reap(self, key: str, known: Known, now: int) -> int:
+        """Expired claim: new generation, unfinished refs count a redelivery (fences the holder)."""
+        ticket = known.ticket
+        finished = ticket.finished()
+        for ref in ticket.refs:
+            count = parsed.count if (parsed := _msg_key(self, ref.key)) else 1
+            if sum(1 for r, _ in finished if r == ref.key) < count:
+                ref.redeliveries += 1
+        ticket.history.append(
+            {
+                "event": "expired",
+                "owner": ticket.owner,
+                "gen": ticket.generation,
+                "lease_until": ticket.lease_until_ms,
+                "at": now,
+            }
+        )
+        ticket.state, ticket.owner, ticket.lease_until_ms = "pending", None, 0
+        ticket.generation += 1
+        token = new_token()
+        try:
+            known.etag = self.storage.put(
+                key, ticket.encode(token), if_match=known.etag, token=token
+            )
+        except Conflict:
+            self.emit("lost_race", now, ticket=key, op="reap")
+            self.memory.known.pop(key, None)
+            return 0
+        self.emit(
+            "expire",
+            now,
+            ticket=key,
+            generation=ticket.generation,
+            owner=ticket.history[-1]["owner"],
+        )
+        self._invoke(key, known, now, reason="redeliver")
+        return 1
+
+    def _dispatch(self, reaped: int) -> TickResult:
+        memory, now = self.memory, self.clock.now_ms()
+        live = len(memory.known)
+        capacity = self.settings.max_in_flight_tickets - live
+        if capacity <= 0:
+            return TickResult(leader=True, live_tickets=live, reaped=reaped)
+        candidates, truncated = self._scan(now)
+        in_flight = {r.key for k in memory.known.values() for r in k.ticket.refs}
+        planner = scan.Planner(
+            now_ms=now,
+            batch_size=self.settings.batch_size,
+            capacity=capacity,
+            in_flight=in_flight,
+            busy_groups=self._busy_groups(),
+            live_origins={key.rsplit("/", 1)[1] for key in memory.known},
+        )
+        plan = planner.run(candidates)
+        dispatched = sum(self._publish(batch, now) for batch in plan.batches)
+        self._advance_cursor(plan, candidates, truncated, now)
+        return TickResult(
+            leader=True,
+            dispatched=dispatched,
+            live_tickets=len(memory.known),
+            waiting=plan.waiting,
+            reaped=reaped,
+        )
+
+    def _busy_groups(self) -> set[str]:
+        groups: set[str] = set()
+        for known in self.memory.known.values():
+            for ref in known.ticket.refs:
+                parsed = _msg_key(self, ref.key)
+                if parsed is not None and parsed.group is not None:
+                    groups.add(parsed.group)
+        return groups
+
+    def _scan(self, now: int) -> tuple[list[scan.Candidate], bool]:
+        """The inbox's first page, and messages from the cursor (bounded pages)."""
+        memory = self.memory
+        if now - memory.swept_ms >= _ms(self.config.sweep_interval):
+            memory.cursor_ms, memory.swept_ms = 0, now  # the periodic sweep for stragglers
+        inbox = self.storage.list(self.keys.inbox)
+        candidates = [scan.inbox_candidate(e) for e in inbox.entries]
+        start = self.keys.msg_after(memory.cursor_ms - _ms(self.config.straggler_margin))
+        truncated = False
+        for _ in range(self.config.scan_pages):
+            page = self.storage.list(self.keys.msg, start_after=start)
+            batch = [scan.msg_candidate(e, e.key[len(self.keys.msg) :]) for e in page.entries]
+            candidates.extend(batch)
+            truncated = page.truncated
+            if not truncated or (batch and batch[-1].sort_ms > now):
+                truncated = False
+                break
+            start = page.entries[-1].key
+        candidates.sort(key=lambda c: (c.sort_ms, c.key))
+        return candidates, truncated
+
+    def _advance_cursor(
+        self, plan: scan.Plan, candidates: list[scan.Candidate], truncated: bool, now: int
+    ) -> None:
+        if plan.hold_ms is not None:
+            cursor = plan.hold_ms
+        elif truncated and candidates:
+            cursor = candidates[-1].sort_ms
+        else:
+            cursor = now
+        self.memory.cursor_ms = cursor
+
+    def _publish(self, batch: list[scan.Candidate], now: int) -> int:
+        """Create one ticket (If-None-Match) and start a worker on it; its message count."""
+        memory = self.memory
+        if not self.lease.ensure() or self.lease.epoch != memory.epoch:
+            return 0
+        seq = memory.next_seq
+        memory.next_seq += 1
+        key = self.keys.ticket(memory.epoch, seq)
+        ticket = Ticket(
+            self.keys.queue,
+            memory.epoch,
+            seq,
+            [Ref(c.key, c.etag, c.size) for c in batch],
+            created_ms=now,
+        )
+        token = new_token()
+        try:
+            etag = self.storage.put(key, ticket.encode(token), if_none_match=True, token=token)
+        except Conflict:
+            self.emit("lost_race", now, ticket=key, op="publish")
+            return 0
+        known = Known(ticket, etag, invoked_ms=now)
+        memory.known[key] = known
+        count = sum(c.count for c in batch)
+        self.emit("dispatch", now, ticket=key, refs=[c.key for c in batch], messages=count)
+        self._invoke(key, known, now, reason="new")
+        return count
+
+    def _invoke(self, key: str, known: Known, now: int, *, reason: str) -> None:
+        known.invoked_ms = now
+        try:
+            self.invoker(known.ticket.to_payload(key, known.etag))
+        except Exception as exc:  # noqa: BLE001 - a lost invoke is retried after dispatch_timeout
+            self.emit("invoke_failed", now, ticket=key, error=repr(exc))
+            return
+        if reason != "new":
+            self.emit("reinvoke", now, ticket=key, reason=reason)
+
+
+def _msg_key(coordinator: Coordinator, key: str) -> Any:
+    prefix = coordinator.keys.msg
+    return parse_msg_name(key[len(prefix) :]) if key.startswith(prefix) else None
+
+
+def _ms(seconds: float) -> int:
+    return round(seconds * 1000)

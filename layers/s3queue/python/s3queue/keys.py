@@ -1,0 +1,191 @@
+"""Every key of a queue, in one place; fixed-width fields so LIST order is dispatch order.
+
+    <prefix>/<queue>/coordinator                 leader lease
+    <prefix>/<queue>/dlq/<dead_ms>-<id>          dead letters
+    <prefix>/<queue>/ids/<id>                    explicit-id dedup markers
+    <prefix>/<queue>/inbox/<any name>            messages put by other services
+    <prefix>/<queue>/msg/<sort_ms>-<id>[~attr]   messages put by the library
+    <prefix>/<queue>/tickets/<epoch>-<seq>       tickets
+
+``inbox/`` < ``msg/`` < ``tickets/`` sort together after everything else, so one LIST starting
+after ``inbox`` sees all live work of a queue (the idle probe). A message key's attributes:
+``~g<group>`` (base64url), ``~n<not_before_ms>``, ``~c<count>`` (a packed object of that many
+messages), ``~o<epoch>-<seq>`` (written by that ticket's apply: not dispatchable while it lives).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import os
+import re
+import threading
+import time
+from dataclasses import dataclass
+
+from s3queue.errors import S3QueueError
+
+QUEUE_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
+MESSAGE_ID = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
+_MSG = re.compile(r"^(\d{13})-([A-Za-z0-9_-]{1,160})((?:~[a-z][A-Za-z0-9_-]*)*)$")
+_TICKET = re.compile(r"^(\d{10})-(\d{10})$")
+_CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
+
+
+class InvalidName(S3QueueError):
+    """A queue name, message id or group that cannot be part of a key."""
+
+
+def check_queue_name(name: str) -> str:
+    if not QUEUE_NAME.match(name):
+        raise InvalidName(f"invalid queue name {name!r}: use 1-64 of [a-z0-9_-], starting alnum")
+    return name
+
+
+def check_message_id(message_id: str) -> str:
+    if not MESSAGE_ID.match(message_id):
+        raise InvalidName(f"invalid message id {message_id!r}: use 1-128 of [A-Za-z0-9_-]")
+    return message_id
+
+
+class _IdGenerator:
+    """ULID-like ids: 48-bit ms time + 80 bits, monotonic within a process, sortable."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._last = 0
+
+    def new(self, now_ms: int | None = None) -> str:
+        with self._lock:
+            value = ((now_ms or time.time_ns() // 1_000_000) << 80) | int.from_bytes(
+                os.urandom(10), "big"
+            )
+            value = max(value, self._last + 1)
+            self._last = value
+        return "".join(_CROCKFORD[(value >> shift) & 31] for shift in range(125, -1, -5))
+
+
+new_id = _IdGenerator().new
+
+
+@dataclass(frozen=True, slots=True)
+class MsgKey:
+    """The parsed name of a ``msg/`` object."""
+
+    sort_ms: int
+    id: str
+    group: str | None = None
+    not_before_ms: int = 0
+    count: int = 1
+    origin: str | None = None
+
+    @property
+    def ready_ms(self) -> int:
+        return max(self.sort_ms, self.not_before_ms)
+
+    def name(self) -> str:
+        parts = [f"{self.sort_ms:013d}-{self.id}"]
+        if self.group is not None:
+            parts.append("g" + encode_group(self.group))
+        if self.not_before_ms:
+            parts.append(f"n{self.not_before_ms}")
+        if self.count != 1:
+            parts.append(f"c{self.count}")
+        if self.origin:
+            parts.append("o" + self.origin)
+        return "~".join(parts)
+
+
+def encode_group(group: str) -> str:
+    return base64.urlsafe_b64encode(group.encode()).decode().rstrip("=")
+
+
+def _decode_group(text: str) -> str:
+    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4)).decode()
+
+
+def parse_msg_name(name: str) -> MsgKey | None:
+    """The key's fields, or None for a name the library did not write (a foreign object)."""
+    match = _MSG.match(name)
+    if not match:
+        return None
+    fields: dict[str, str] = {}
+    for attr in match.group(3).split("~")[1:]:
+        fields[attr[0]] = attr[1:]
+    try:
+        return MsgKey(
+            sort_ms=int(match.group(1)),
+            id=match.group(2),
+            group=_decode_group(fields["g"]) if "g" in fields else None,
+            not_before_ms=int(fields.get("n", "0")),
+            count=int(fields.get("c", "1")),
+            origin=fields.get("o"),
+        )
+    except (ValueError, binascii.Error, UnicodeDecodeError):
+        return None
+
+
+def ticket_name(epoch: int, seq: int) -> str:
+    return f"{epoch:010d}-{seq:010d}"
+
+
+def parse_ticket_name(name: str) -> tuple[int, int] | None:
+    match = _TICKET.match(name)
+    return (int(match.group(1)), int(match.group(2))) if match else None
+
+
+@dataclass(frozen=True, slots=True)
+class QueueKeys:
+    """The keys of one queue."""
+
+    prefix: str
+    queue: str
+
+    @property
+    def root(self) -> str:
+        return f"{self.prefix}/{self.queue}/"
+
+    @property
+    def lease(self) -> str:
+        return self.root + "coordinator"
+
+    @property
+    def inbox(self) -> str:
+        return self.root + "inbox/"
+
+    @property
+    def msg(self) -> str:
+        return self.root + "msg/"
+
+    @property
+    def tickets(self) -> str:
+        return self.root + "tickets/"
+
+    @property
+    def dlq(self) -> str:
+        return self.root + "dlq/"
+
+    @property
+    def ids(self) -> str:
+        return self.root + "ids/"
+
+    @property
+    def live_start(self) -> str:
+        """LIST from after this key to see inbox/, msg/ and tickets/ in one request."""
+        return self.root + "inbox"
+
+    def msg_key(self, key: MsgKey) -> str:
+        return self.msg + key.name()
+
+    def msg_after(self, sort_ms: int) -> str:
+        """A start_after that lists messages with sort_ms >= the given time."""
+        return self.msg + f"{max(sort_ms, 0):013d}"
+
+    def ticket(self, epoch: int, seq: int) -> str:
+        return self.tickets + ticket_name(epoch, seq)
+
+    def dead(self, dead_ms: int, message_id: str) -> str:
+        return self.dlq + f"{dead_ms:013d}-{message_id}"
+
+    def marker(self, message_id: str) -> str:
+        return self.ids + message_id

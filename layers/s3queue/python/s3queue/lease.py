@@ -1,0 +1,161 @@
+"""The coordinator's leader lease, with epochs and seals that fence a stale ex-leader.
+
+Leadership is the CAS chain on one object, not a clock: a leader whose write fails has lost.
+Clocks only decide when a challenger may take over (``lease_until + skew``).
+
+Fencing. A leader of epoch ``e`` names its tickets ``<e>-<seq>``. A challenger takes over by
+CAS to epoch ``e+1`` with ``seals[e] = PENDING``, then lists the tickets and CASes
+``seals[e] = highest seq of e it saw``. Workers accept a ticket only if `LeaseDoc.accepts`:
+
+    ex-leader (paused)   creates T(e, s) ...............................
+    challenger                       CAS epoch e+1 (seal pending) --- LIST tickets --- CAS seal
+    worker                                                 GET lease -> accepts(e, s)?
+
+T created before the worker's GET. If that GET saw epoch e, the takeover came later, so the
+challenger's LIST (after its takeover) saw T: seal >= s and T's messages count as in flight.
+If it saw epoch e+1, the worker trusts only seq <= seal. A ticket the ex-leader creates after
+the LIST has a higher seq than any it had before, so it is above the seal and never runs.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from s3queue.clock import Clock
+from s3queue.errors import Conflict, MalformedMessage
+from s3queue.storage.base import Storage, new_token
+
+PENDING = -2
+"""Seal value: the epoch was taken over but its highest ticket is not known yet."""
+
+
+@dataclass(slots=True)
+class LeaseDoc:
+    """The lease object's content."""
+
+    owner: str | None
+    epoch: int
+    lease_until_ms: int
+    seals: dict[int, int] = field(default_factory=dict)
+    """epoch -> highest valid ticket seq of that epoch, or PENDING."""
+
+    def accepts(self, epoch: int, seq: int) -> bool | None:
+        """Whether a ticket may run; None while its epoch's seal is pending (ask again later)."""
+        seal = self.seals.get(epoch)
+        if seal == PENDING:
+            return None
+        if epoch == self.epoch:
+            return seal is None or seq <= seal
+        return epoch < self.epoch and seal is not None and seq <= seal
+
+    def encode(self, token: str) -> bytes:
+        seals = {str(k): v for k, v in sorted(self.seals.items())}
+        doc = {
+            "v": 1,
+            "token": token,
+            "owner": self.owner,
+            "epoch": self.epoch,
+            "lease_until": self.lease_until_ms,
+            "seals": seals,
+        }
+        return json.dumps(doc, separators=(",", ":")).encode()
+
+    @classmethod
+    def decode(cls, data: bytes) -> LeaseDoc:
+        try:
+            doc: dict[str, Any] = json.loads(data)
+            seals = {int(k): int(v) for k, v in doc.get("seals", {}).items()}
+            return cls(doc.get("owner"), int(doc["epoch"]), int(doc["lease_until"]), seals)
+        except (ValueError, KeyError, TypeError) as exc:
+            raise MalformedMessage(f"undecodable coordinator lease: {exc}") from exc
+
+
+def read_lease(storage: Storage, key: str) -> LeaseDoc | None:
+    obj = storage.get(key)
+    return None if obj is None else LeaseDoc.decode(obj.body)
+
+
+class LeaderLease:
+    """Acquire, renew, seal and release the lease of one queue."""
+
+    def __init__(
+        self, storage: Storage, key: str, *, owner: str, clock: Clock, ttl_ms: int, skew_ms: int
+    ) -> None:
+        self._storage = storage
+        self._key = key
+        self.owner = owner
+        self._clock = clock
+        self._ttl = ttl_ms
+        self._skew = skew_ms
+        self.doc: LeaseDoc | None = None
+        self._etag: str | None = None
+
+    @property
+    def leading(self) -> bool:
+        return self.doc is not None
+
+    @property
+    def epoch(self) -> int:
+        return self.doc.epoch if self.doc else 0
+
+    def ensure(self) -> bool:
+        """Lead: acquire, or renew once a third of the lease has passed. False if another leads."""
+        now = self._clock.now_ms()
+        if self.doc is not None:
+            if now < self.doc.lease_until_ms - 2 * self._ttl // 3:
+                return True
+            return self._write(self.doc, lease_until=now + self._ttl)
+        return self._acquire(now)
+
+    def _acquire(self, now: int) -> bool:
+        obj = self._storage.get(self._key)
+        if obj is None:
+            return self._write(LeaseDoc(self.owner, 1, now + self._ttl), create=True)
+        current = LeaseDoc.decode(obj.body)
+        if current.lease_until_ms + self._skew > now:
+            return False
+        seals = dict(current.seals)
+        seals.setdefault(current.epoch, PENDING)  # a clean release already sealed its epoch
+        taken = LeaseDoc(self.owner, current.epoch + 1, now + self._ttl, seals)
+        self._etag = obj.etag
+        return self._write(taken)
+
+    def _write(
+        self, doc: LeaseDoc, *, lease_until: int | None = None, create: bool = False
+    ) -> bool:
+        new = LeaseDoc(doc.owner, doc.epoch, lease_until or doc.lease_until_ms, dict(doc.seals))
+        token = new_token()
+        try:
+            if create:
+                etag = self._storage.put(
+                    self._key, new.encode(token), if_none_match=True, token=token
+                )
+            else:
+                etag = self._storage.put(
+                    self._key, new.encode(token), if_match=self._etag, token=token
+                )
+        except Conflict:
+            self.doc = self._etag = None
+            return False
+        self.doc, self._etag = new, etag
+        return True
+
+    def pending_seals(self) -> list[int]:
+        return [e for e, s in (self.doc.seals.items() if self.doc else ()) if s == PENDING]
+
+    def update_seals(self, seals: dict[int, int]) -> bool:
+        """Replace the seals (fill pending ones, drop epochs without tickets) by CAS."""
+        if self.doc is None:
+            return False
+        doc = LeaseDoc(self.owner, self.doc.epoch, self.doc.lease_until_ms, seals)
+        return self._write(doc)
+
+    def release(self, last_seq: int) -> None:
+        """Hand over at once: seal our epoch at its last ticket and let the lease lapse."""
+        if self.doc is None:
+            return
+        seals = {**self.doc.seals, self.doc.epoch: last_seq}
+        self._write(LeaseDoc(self.owner, self.doc.epoch, 0, seals), lease_until=0)
+        self.doc = self._etag = None

@@ -1,0 +1,239 @@
+"""The records S3Queue stores and the message a handler sees; JSON in, JSON out."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import json
+import re
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+from s3queue.errors import MalformedMessage
+
+FORMAT = 1
+OutcomeKind = Literal["done", "retry", "dead", "release"]
+TicketState = Literal["pending", "claimed", "committed"]
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    """One message as a handler sees it."""
+
+    id: str
+    body: Any
+    attempt: int
+    """1 on first delivery; each retry and each lease expiry adds one."""
+    enqueued_at: datetime
+    group: str | None
+    queue: str
+    idempotency_key: str
+    """Stable across redeliveries and retries: ``<queue>:<id>``."""
+
+
+@dataclass(slots=True)
+class Record:
+    """One message inside a ``msg/`` object (a packed object holds many)."""
+
+    id: str
+    body: Any
+    enqueued_ms: int
+    group: str | None = None
+    attempt: int = 1
+    errors: list[dict[str, Any]] = field(default_factory=list)
+    dedup: bool = False
+    raw: bool = False
+    """The body is bytes (stored base64)."""
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"id": self.id, "enqueued_ms": self.enqueued_ms}
+        if self.raw:
+            out["b64"] = base64.b64encode(self.body).decode()
+        else:
+            out["body"] = self.body
+        if self.group is not None:
+            out["group"] = self.group
+        if self.attempt != 1:
+            out["attempt"] = self.attempt
+        if self.errors:
+            out["errors"] = self.errors
+        if self.dedup:
+            out["dedup"] = True
+        return out
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Record:
+        raw = "b64" in data
+        body = base64.b64decode(data["b64"], validate=True) if raw else data.get("body")
+        return cls(
+            id=str(data["id"]),
+            body=body,
+            enqueued_ms=int(data["enqueued_ms"]),
+            group=data.get("group"),
+            attempt=int(data.get("attempt", 1)),
+            errors=list(data.get("errors", [])),
+            dedup=bool(data.get("dedup", False)),
+            raw=raw,
+        )
+
+
+def record_for(message_id: str, body: Any, now_ms: int, group: str | None = None) -> Record:
+    """A new record; bytes stay bytes, anything else must be JSON-serialisable."""
+    if isinstance(body, bytes | bytearray | memoryview):
+        return Record(message_id, bytes(body), now_ms, group, raw=True)
+    try:
+        json.dumps(body)
+    except (TypeError, ValueError) as exc:
+        raise MalformedMessage(f"message body is not JSON-serialisable: {exc}") from exc
+    return Record(message_id, body, now_ms, group)
+
+
+def encode_records(records: list[Record], token: str) -> bytes:
+    doc = {"v": FORMAT, "token": token, "messages": [r.to_json() for r in records]}
+    return json.dumps(doc, separators=(",", ":")).encode()
+
+
+def decode_records(data: bytes) -> list[Record]:
+    """The records of a library-written ``msg/`` object; MalformedMessage if it is not one."""
+    try:
+        doc = json.loads(data)
+        if not isinstance(doc, dict) or doc.get("v") != FORMAT:
+            raise MalformedMessage("not an S3Queue message object (missing or unknown 'v')")
+        return [Record.from_json(item) for item in doc["messages"]]
+    except (ValueError, KeyError, TypeError, binascii.Error) as exc:
+        raise MalformedMessage(f"undecodable message object: {exc}") from exc
+
+
+def foreign_id(name: str) -> str:
+    """A key-safe, stable message id for an object another service named freely."""
+    safe = re.sub(r"[^A-Za-z0-9_-]", "_", name)[:80]
+    return f"{safe}-{hashlib.sha1(name.encode(), usedforsecurity=False).hexdigest()[:10]}"
+
+
+def foreign_record(name: str, data: bytes, modified_ms: int) -> Record:
+    """A message put by another service: JSON when it parses, raw bytes otherwise."""
+    try:
+        return Record(foreign_id(name), json.loads(data), modified_ms)
+    except (ValueError, UnicodeDecodeError):
+        return Record(foreign_id(name), data, modified_ms, raw=True)
+
+
+def to_datetime(ms: int) -> datetime:
+    return datetime.fromtimestamp(ms / 1000, tz=UTC)
+
+
+@dataclass(slots=True)
+class Ref:
+    """A ticket's reference to one stored object (a message, or a packed object of many)."""
+
+    key: str
+    etag: str
+    size: int
+    redeliveries: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        return {"key": self.key, "etag": self.etag, "size": self.size, "redel": self.redeliveries}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Ref:
+        return cls(data["key"], data["etag"], int(data["size"]), int(data.get("redel", 0)))
+
+
+@dataclass(slots=True)
+class Outcome:
+    """What happened to one message of a ticket (the commit records one per message)."""
+
+    ref: str
+    id: str
+    kind: OutcomeKind
+    at_ms: int
+    error: str | None = None
+    delay_ms: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"ref": self.ref, "id": self.id, "kind": self.kind, "at": self.at_ms}
+        if self.error is not None:
+            out["error"] = self.error
+        if self.delay_ms:
+            out["delay"] = self.delay_ms
+        return out
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Outcome:
+        return cls(
+            data["ref"],
+            data["id"],
+            data["kind"],
+            int(data["at"]),
+            data.get("error"),
+            int(data.get("delay", 0)),
+        )
+
+
+@dataclass(slots=True)
+class Ticket:
+    """A unit of dispatch: refs to up to ``batch_size`` messages, and the lease on them."""
+
+    queue: str
+    epoch: int
+    seq: int
+    refs: list[Ref]
+    created_ms: int
+    state: TicketState = "pending"
+    generation: int = 0
+    owner: str | None = None
+    lease_until_ms: int = 0
+    outcomes: list[Outcome] = field(default_factory=list)
+    history: list[dict[str, Any]] = field(default_factory=list)
+
+    def encode(self, token: str) -> bytes:
+        doc = {
+            "v": FORMAT,
+            "token": token,
+            "queue": self.queue,
+            "epoch": self.epoch,
+            "seq": self.seq,
+            "created": self.created_ms,
+            "state": self.state,
+            "gen": self.generation,
+            "owner": self.owner,
+            "lease_until": self.lease_until_ms,
+            "refs": [r.to_json() for r in self.refs],
+            "outcomes": [o.to_json() for o in self.outcomes],
+            "history": self.history,
+        }
+        return json.dumps(doc, separators=(",", ":")).encode()
+
+    @classmethod
+    def decode(cls, data: bytes | dict[str, Any]) -> Ticket:
+        try:
+            doc = json.loads(data) if isinstance(data, bytes) else data
+            return cls(
+                queue=doc["queue"],
+                epoch=int(doc["epoch"]),
+                seq=int(doc["seq"]),
+                refs=[Ref.from_json(r) for r in doc["refs"]],
+                created_ms=int(doc["created"]),
+                state=doc["state"],
+                generation=int(doc["gen"]),
+                owner=doc.get("owner"),
+                lease_until_ms=int(doc.get("lease_until", 0)),
+                outcomes=[Outcome.from_json(o) for o in doc.get("outcomes", [])],
+                history=list(doc.get("history", [])),
+            )
+        except (ValueError, KeyError, TypeError) as exc:
+            raise MalformedMessage(f"undecodable ticket: {exc}") from exc
+
+    def to_payload(self, key: str, etag: str) -> dict[str, Any]:
+        """What the coordinator sends a worker: enough to claim without reading the ticket."""
+        return {
+            "queue": self.queue,
+            "ticket": key,
+            "etag": etag,
+            "doc": json.loads(self.encode("")),
+        }
+
+    def finished(self) -> set[tuple[str, str]]:
+        return {(o.ref, o.id) for o in self.outcomes}

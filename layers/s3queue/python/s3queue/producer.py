@@ -1,0 +1,170 @@
+"""`Queue`: the producer's API (enqueue, enqueue_many) and the admin calls on one queue."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from typing import Any
+
+from s3queue import admin
+from s3queue.clock import Clock, SystemClock
+from s3queue.errors import Conflict, MalformedMessage
+from s3queue.events import Emitter, Listener
+from s3queue.keys import MsgKey, QueueKeys, check_message_id, check_queue_name, new_id
+from s3queue.model import Record, encode_records, record_for
+from s3queue.storage.base import Storage, new_token
+
+PACK_BYTES = 4 * 1024 * 1024
+"""`enqueue_many` starts a new object past this size."""
+MAX_GROUP = 128
+
+
+class Queue:
+    """One named queue in a bucket.
+
+    ``Queue("emails", bucket="my-bucket")`` uses a new boto3 client; pass ``s3=`` to share
+    one, or ``storage=`` (e.g. ``MemoryStorage()``) to run without S3.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        bucket: str | None = None,
+        s3: Any = None,
+        prefix: str = "s3queue",
+        storage: Storage | None = None,
+        clock: Clock | None = None,
+        max_message_bytes: int = 10 * 1024 * 1024,
+        listener: Listener | None = None,
+    ) -> None:
+        if storage is None:
+            if not bucket:
+                raise ValueError("Queue needs bucket= (or storage=)")
+            from s3queue.storage.s3 import S3Storage, make_client  # noqa: PLC0415 - boto3 only on demand
+
+            storage = S3Storage(s3 if s3 is not None else make_client(), bucket)
+        self.name = check_queue_name(name)
+        self.storage = storage
+        self.keys = QueueKeys(prefix, name)
+        self.clock = clock or SystemClock()
+        self.max_message_bytes = max_message_bytes
+        self.emit = Emitter(name, listener)
+
+    def enqueue(
+        self, body: Any, *, id: str | None = None, delay: float = 0, group: str | None = None
+    ) -> str:
+        """Add one message (one PUT) and return its id.
+
+        With an explicit ``id`` a repeated enqueue is a no-op, never a duplicate. ``delay`` is
+        in seconds. Messages of one ``group`` are handled in enqueue order, one at a time.
+        """
+        now = self.clock.now_ms()
+        visible = now + _delay_ms(delay)
+        message_id = check_message_id(id) if id is not None else new_id(now)
+        record = record_for(message_id, body, now, _check_group(group))
+        record.dedup = id is not None
+        if group is not None:
+            key = MsgKey(now, message_id, group, visible if visible > now else 0)
+        else:
+            key = MsgKey(visible, message_id)
+        data = self._encode([record])
+        if id is not None:
+            self._enqueue_once(record, self.keys.msg_key(key), data)
+        else:
+            self._create(self.keys.msg_key(key), data)
+        self.emit("enqueue", now, message_id=message_id, key=self.keys.msg_key(key))
+        return message_id
+
+    def enqueue_many(self, bodies: Iterable[Any], *, delay: float = 0) -> list[str]:
+        """Add many messages packed into as few objects as possible (one PUT per 4 MiB)."""
+        now = self.clock.now_ms()
+        visible = now + _delay_ms(delay)
+        records = [record_for(new_id(now), body, now) for body in bodies]
+        for chunk in _pack(records):
+            object_id = chunk[0].id if len(chunk) == 1 else new_id(now)
+            key = self.keys.msg_key(MsgKey(visible, object_id, count=len(chunk)))
+            self._create(key, self._encode(chunk))
+            self.emit("enqueue", now, message_ids=[r.id for r in chunk], key=key)
+        return [r.id for r in records]
+
+    def stats(self) -> dict[str, Any]:
+        """Counts of pending, delayed, in-flight and dead messages, and the oldest's age."""
+        return admin.stats(self.storage, self.keys, self.clock.now_ms())
+
+    def dead_letters(self, limit: int = 100) -> list[dict[str, Any]]:
+        """DLQ entries, oldest first, each with its error history."""
+        return admin.dead_letters(self.storage, self.keys, limit)
+
+    def redrive(self) -> int:
+        """Move every DLQ entry back to the queue as a fresh message; how many moved."""
+        return admin.redrive(self.storage, self.keys, self.clock.now_ms())
+
+    def purge(self, *, include_dlq: bool = False) -> int:
+        """Delete every pending message (and the DLQ if asked); how many objects went."""
+        return admin.purge(self.storage, self.keys, include_dlq=include_dlq)
+
+    def delete(self) -> int:
+        """Delete the queue: every object under its prefix."""
+        return admin.delete(self.storage, self.keys)
+
+    def _encode(self, records: list[Record]) -> tuple[bytes, str]:
+        token = new_token()
+        data = encode_records(records, token)
+        if len(data) > self.max_message_bytes:
+            raise MalformedMessage(
+                f"message of {len(data)} bytes exceeds max_message_bytes={self.max_message_bytes}"
+            )
+        return data, token
+
+    def _create(self, key: str, encoded: tuple[bytes, str]) -> None:
+        self.storage.put(key, encoded[0], if_none_match=True, token=encoded[1])
+
+    def _enqueue_once(self, record: Record, key: str, data: tuple[bytes, str]) -> None:
+        """Marker first (If-None-Match), then the message: a retried enqueue finds the marker.
+
+        A marker marked done means the message was handled: nothing to do. Otherwise the first
+        call may have died between the two PUTs, so the message is put at the marker's key
+        (If-None-Match: a no-op when it is there). Should it be handled and deleted between our
+        read of the marker and that PUT, the worker finds the marker done and skips it.
+        """
+        marker = self.keys.marker(record.id)
+        token = new_token()
+        doc = {"v": 1, "token": token, "state": "pending", "key": key}
+        try:
+            self.storage.put(marker, json.dumps(doc).encode(), if_none_match=True, token=token)
+        except Conflict:
+            obj = self.storage.get(marker)
+            existing = json.loads(obj.body) if obj is not None else {}
+            if existing.get("state") == "done":
+                return
+            key = existing.get("key", key)
+        try:
+            self._create(key, data)
+        except Conflict:
+            return  # the first enqueue's message is there
+
+
+def _delay_ms(delay: float) -> int:
+    if delay < 0:
+        raise ValueError(f"delay must not be negative, got {delay}")
+    return round(delay * 1000)
+
+
+def _check_group(group: str | None) -> str | None:
+    if group is not None and (not isinstance(group, str) or not 0 < len(group) <= MAX_GROUP):
+        raise ValueError(f"group must be a string of 1-{MAX_GROUP} characters, got {group!r}")
+    return group
+
+
+def _pack(records: list[Record]) -> list[list[Record]]:
+    chunks: list[list[Record]] = []
+    size = PACK_BYTES
+    for record in records:
+        length = len(json.dumps(record.to_json(), separators=(",", ":")))
+        if size + length > PACK_BYTES:
+            chunks.append([])
+            size = 0
+        chunks[-1].append(record)
+        size += length + 1
+    return chunks

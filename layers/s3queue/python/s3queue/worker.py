@@ -1,0 +1,356 @@
+"""The worker: claim a ticket, run the handler on each message, heartbeat, commit, apply.
+
+    claim     GET lease (fencing check), PUT ticket If-Match   -> state claimed, lease_until
+    run       GET each message object; handler per message; heartbeats record finished outcomes
+    commit    PUT ticket If-Match with every outcome            -> the commit point
+    apply     copies, deletes, DELETE ticket (apply.py)
+
+Every write to the ticket is a CAS on the ETag of the previous one, so once the coordinator
+reaps an expired claim (a new generation), the old holder's next heartbeat or commit fails
+with `LeaseLost` and nothing it did after the last successful heartbeat counts.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from s3queue.apply import Loaded, apply_ticket, load_ref
+from s3queue.backoff import compute_backoff
+from s3queue.clock import Clock, SystemClock
+from s3queue.config import CoordinatorSettings, QueueSettings
+from s3queue.errors import Conflict, LeaseLost, MalformedMessage, PermanentError
+from s3queue.events import Emitter, Listener
+from s3queue.keys import QueueKeys, check_queue_name
+from s3queue.lease import read_lease
+from s3queue.model import Message, Outcome, OutcomeKind, Record, Ref, Ticket, to_datetime
+from s3queue.storage.base import Storage, new_token
+
+Handler = Callable[[Message], object]
+Status = Literal["committed", "applied", "rejected", "deferred", "busy", "lost", "gone"]
+
+
+@dataclass(slots=True)
+class WorkResult:
+    """What became of one ticket in this worker."""
+
+    ticket: str
+    status: Status
+    outcomes: list[Outcome] = field(default_factory=list)
+
+    def count(self, kind: OutcomeKind) -> int:
+        return sum(1 for o in self.outcomes if o.kind == kind)
+
+
+class _Claim:
+    """A claimed ticket: serialises CAS writes from the handler thread and the heartbeat."""
+
+    def __init__(self, worker: Worker, key: str, ticket: Ticket, etag: str) -> None:
+        self.worker, self.key, self.ticket, self.etag = worker, key, ticket, etag
+        self.lock = threading.Lock()
+        self.lost = False
+        self.next_beat_ms = 0
+        self.loaded: dict[str, Loaded | None] = {}
+
+    def write(self, *, lease: bool = True) -> None:
+        """CAS the ticket as it now is; LeaseLost if someone else changed it."""
+        with self.lock:
+            if self.lost:
+                raise LeaseLost(self.key)
+            now = self.worker.clock.now_ms()
+            if lease:
+                self.ticket.lease_until_ms = now + self.worker.visibility_ms
+            token = new_token()
+            try:
+                self.etag = self.worker.storage.put(
+                    self.key, self.ticket.encode(token), if_match=self.etag, token=token
+                )
+            except Conflict as exc:
+                self.lost = True
+                raise LeaseLost(self.key) from exc
+            self.next_beat_ms = now + self.worker.visibility_ms // 3
+
+    def beat(self) -> None:
+        self.write()
+        self.worker.emit(
+            "heartbeat",
+            self.worker.clock.now_ms(),
+            ticket=self.key,
+            finished=len(self.ticket.outcomes),
+        )
+
+    def record(self, outcome: Outcome) -> None:
+        """Add an outcome; heartbeat (persisting it) once a third of the lease has passed."""
+        with self.lock:
+            self.ticket.outcomes.append(outcome)
+        if self.worker.clock.now_ms() >= self.next_beat_ms:
+            self.beat()
+
+
+class Worker:
+    """Processes tickets of one queue with one handler callable."""
+
+    def __init__(
+        self,
+        storage: Storage,
+        queue: str,
+        *,
+        prefix: str = "s3queue",
+        settings: QueueSettings | None = None,
+        coordination: CoordinatorSettings | None = None,
+        clock: Clock | None = None,
+        rng: random.Random | None = None,
+        owner: str | None = None,
+        listener: Listener | None = None,
+        time_margin: float = 5.0,
+        heartbeat_thread: bool = False,
+    ) -> None:
+        self.storage = storage
+        self.keys = QueueKeys(prefix, check_queue_name(queue))
+        self.settings = settings or QueueSettings()
+        self.skew_ms = round((coordination or CoordinatorSettings()).skew_tolerance * 1000)
+        self.clock = clock or SystemClock()
+        self.rng = rng or random.Random()
+        self.owner = owner or uuid.uuid4().hex[:12]
+        self.emit = Emitter(queue, listener)
+        self.visibility_ms = round(self.settings.visibility_timeout * 1000)
+        self.time_margin_ms = round(time_margin * 1000)
+        self.heartbeat_thread = heartbeat_thread
+
+    def process(
+        self,
+        payload: dict[str, Any],
+        handler: Handler,
+        *,
+        remaining_ms: Callable[[], int] | None = None,
+    ) -> WorkResult:
+        """Work one ticket from a coordinator's payload ({queue, ticket, etag, doc})."""
+        key = str(payload["ticket"])
+        found = self._ticket(payload, key)
+        if found is None:
+            return WorkResult(key, "gone")
+        ticket, etag = found
+        lease = read_lease(self.storage, self.keys.lease)
+        verdict = lease.accepts(ticket.epoch, ticket.seq) if lease else False
+        if not verdict:
+            status: Status = "deferred" if verdict is None else "rejected"
+            self.emit("reject", self.clock.now_ms(), ticket=key, status=status)
+            return WorkResult(key, status)
+        claim = self._claim(key, ticket, etag)
+        if isinstance(claim, WorkResult):
+            return claim
+        try:
+            with self._heartbeat(claim):
+                self._run(claim, handler, remaining_ms)
+            claim.ticket.state = "committed"
+            claim.write(lease=False)
+        except LeaseLost:
+            self.emit("lease_lost", self.clock.now_ms(), ticket=key, owner=self.owner)
+            return WorkResult(key, "lost", list(claim.ticket.outcomes))
+        self.emit(
+            "commit",
+            self.clock.now_ms(),
+            ticket=key,
+            outcomes=[(o.id, o.kind) for o in claim.ticket.outcomes],
+        )
+        apply_ticket(self.storage, self.keys, claim.ticket, claim.etag, self._loader(claim))
+        self.emit("applied", self.clock.now_ms(), ticket=key)
+        return WorkResult(key, "committed", list(claim.ticket.outcomes))
+
+    def _ticket(self, payload: dict[str, Any], key: str) -> tuple[Ticket, str] | None:
+        if payload.get("doc") and payload.get("etag"):
+            return Ticket.decode(payload["doc"]), str(payload["etag"])
+        obj = self.storage.get(key)
+        return None if obj is None else (Ticket.decode(obj.body), obj.etag)
+
+    def _claim(self, key: str, ticket: Ticket, etag: str) -> _Claim | WorkResult:
+        for _ in range(2):  # a second try when the ticket was reaped into a new generation
+            if ticket.state == "committed":
+                apply_ticket(self.storage, self.keys, ticket, etag, self._loader(None))
+                self.emit("applied", self.clock.now_ms(), ticket=key, helper=True)
+                return WorkResult(key, "applied", list(ticket.outcomes))
+            if ticket.state == "claimed":
+                return WorkResult(key, "busy")
+            ticket.state, ticket.owner = "claimed", self.owner
+            claim = _Claim(self, key, ticket, etag)
+            try:
+                claim.write()
+            except LeaseLost:
+                obj = self.storage.get(key)
+                if obj is None:
+                    return WorkResult(key, "gone")
+                ticket, etag = Ticket.decode(obj.body), obj.etag
+                continue
+            self.emit(
+                "claim",
+                self.clock.now_ms(),
+                ticket=key,
+                owner=self.owner,
+                generation=ticket.generation,
+            )
+            return claim
+        self.emit("lost_race", self.clock.now_ms(), ticket=key, op="claim")
+        return WorkResult(key, "busy")
+
+    def _loader(self, claim: _Claim | None) -> Callable[[Ref], Loaded | None]:
+        cache: dict[str, Loaded | None] = claim.loaded if claim else {}
+
+        def load(ref: Ref) -> Loaded | None:
+            if ref.key in cache:
+                return cache[ref.key]
+            return load_ref(self.storage, self.keys, ref, self.settings.max_message_bytes)
+
+        return load
+
+    @staticmethod
+    def _heartbeat_loop(claim: _Claim, stop: threading.Event, interval: float) -> None:
+        while not stop.wait(interval):
+            try:
+                claim.beat()
+            except LeaseLost:
+                return
+            except Exception:  # noqa: BLE001 - S3 trouble: try again next beat
+                claim.worker.emit("heartbeat_failed", claim.worker.clock.now_ms(), ticket=claim.key)
+
+    def _heartbeat(self, claim: _Claim) -> _Beating:
+        return _Beating(claim, self.heartbeat_thread)
+
+    def _run(self, claim: _Claim, handler: Handler, remaining_ms: Callable[[], int] | None) -> None:
+        loaded = claim.loaded
+        finished = claim.ticket.finished()
+        failed_groups: set[str] = set()
+        for ref, record, error in self._messages(claim, loaded):
+            if (ref.key, record.id) in finished:
+                continue
+            if remaining_ms is not None and remaining_ms() < self.time_margin_ms:
+                self._release(claim, ref, record, "time short")
+                continue
+            if record.group is not None and record.group in failed_groups:
+                self._release(claim, ref, record, "earlier message of its group failed")
+                continue
+            outcome = self._handle(handler, ref, record, error)
+            if outcome.kind == "retry" and record.group is not None:
+                failed_groups.add(record.group)
+            claim.record(outcome)
+
+    def _messages(
+        self, claim: _Claim, loaded: dict[str, Loaded | None]
+    ) -> Iterator[tuple[Ref, Record, str | None]]:
+        for ref in claim.ticket.refs:
+            result = load_ref(self.storage, self.keys, ref, self.settings.max_message_bytes)
+            loaded[ref.key] = result
+            if result is None:
+                continue
+            for record in result.records:
+                yield ref, record, result.error
+
+    def _release(self, claim: _Claim, ref: Ref, record: Record, why: str) -> None:
+        now = self.clock.now_ms()
+        self.emit("release", now, ticket=claim.key, message_id=record.id, reason=why)
+        with claim.lock:
+            claim.ticket.outcomes.append(Outcome(ref.key, record.id, "release", now, why))
+
+    def _handle(self, handler: Handler, ref: Ref, record: Record, error: str | None) -> Outcome:
+        attempt = record.attempt + ref.redeliveries
+        now = self.clock.now_ms()
+        if error is not None:
+            return self._outcome(ref, record, "dead", f"MalformedMessage: {error}", attempt)
+        if attempt > self.settings.max_retries + 1:
+            why = f"delivered {attempt} times (lease expired {ref.redeliveries} times)"
+            return self._outcome(ref, record, "dead", why, attempt)
+        if record.dedup and self._already_done(record.id):
+            return self._outcome(ref, record, "done", None, attempt)
+        message = Message(
+            record.id,
+            record.body,
+            attempt,
+            to_datetime(record.enqueued_ms),
+            record.group,
+            self.keys.queue,
+            f"{self.keys.queue}:{record.id}",
+        )
+        self.emit("handler_start", now, message_id=record.id, attempt=attempt, ref=ref.key)
+        started = time.perf_counter()
+        try:
+            handler(message)
+        except PermanentError as exc:
+            return self._outcome(ref, record, "dead", _describe(exc), attempt, started)
+        except Exception as exc:  # noqa: BLE001 - any handler failure is a retry, never a crash
+            kind: OutcomeKind = "dead" if attempt > self.settings.max_retries else "retry"
+            return self._outcome(ref, record, kind, _describe(exc), attempt, started)
+        return self._outcome(ref, record, "done", None, attempt, started)
+
+    def _outcome(
+        self,
+        ref: Ref,
+        record: Record,
+        kind: OutcomeKind,
+        error: str | None,
+        attempt: int,
+        started: float | None = None,
+    ) -> Outcome:
+        now = self.clock.now_ms()
+        delay = 0
+        if kind == "retry":
+            s = self.settings
+            delay = round(compute_backoff(attempt, s.backoff_base, s.backoff_cap, self.rng) * 1000)
+        fields: dict[str, Any] = {"message_id": record.id, "attempt": attempt, "outcome": kind}
+        if started is not None:
+            fields["duration_ms"] = round((time.perf_counter() - started) * 1000, 3)
+        if error is not None:
+            fields["error"] = error
+        self.emit("handler_finish", now, delay_ms=delay, **fields)
+        return Outcome(ref.key, record.id, kind, now, error, delay)
+
+    def _already_done(self, message_id: str) -> bool:
+        obj = self.storage.get(self.keys.marker(message_id))
+        if obj is None:
+            return False
+        try:
+            return bool(_json_state(obj.body) == "done")
+        except MalformedMessage:
+            return False
+
+
+class _Beating:
+    """Context manager running the heartbeat thread while handlers run (when enabled)."""
+
+    def __init__(self, claim: _Claim, enabled: bool) -> None:
+        self.claim, self.enabled = claim, enabled
+        self.stop = threading.Event()
+        self.thread: threading.Thread | None = None
+
+    def __enter__(self) -> _Beating:
+        if self.enabled:
+            interval = self.claim.worker.visibility_ms / 3000
+            self.thread = threading.Thread(
+                target=Worker._heartbeat_loop,
+                args=(self.claim, self.stop, interval),
+                name=f"heartbeat-{self.claim.key}",
+                daemon=True,
+            )
+            self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        if self.thread is not None:
+            self.thread.join()
+
+
+def _describe(exc: BaseException) -> str:
+    text = f"{type(exc).__name__}: {exc}"
+    return text if len(text) <= 2000 else text[:2000] + "..."
+
+
+def _json_state(body: bytes) -> Any:
+    try:
+        return json.loads(body).get("state")
+    except (ValueError, AttributeError) as exc:
+        raise MalformedMessage("undecodable marker") from exc

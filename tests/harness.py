@@ -1,0 +1,133 @@
+"""A deterministic single-threaded queue system on MemoryStorage and a FakeClock."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from typing import Any
+
+from s3queue.clock import FakeClock
+from s3queue.config import CoordinatorSettings, QueueSettings
+from s3queue.coordinator import Coordinator, TickResult
+from s3queue.events import Event
+from s3queue.model import Message
+from s3queue.producer import Queue
+from s3queue.storage import MemoryStorage, Storage
+from s3queue.worker import Worker, WorkResult
+
+QUEUE = "jobs"
+
+
+class Crash(BaseException):
+    """Raised by a test handler to stop the worker dead, as a killed process would."""
+
+
+class Harness:
+    """One queue, a coordinator, a worker and a list of invocations, all driven by hand."""
+
+    def __init__(
+        self,
+        *,
+        settings: QueueSettings | None = None,
+        coordination: CoordinatorSettings | None = None,
+        storage: Storage | None = None,
+        clock: FakeClock | None = None,
+        seed: int = 7,
+    ) -> None:
+        self.clock = clock or FakeClock()
+        self.storage: Storage = storage if storage is not None else MemoryStorage(self.clock)
+        self.settings = settings or QueueSettings()
+        self.coordination = coordination or CoordinatorSettings()
+        self.events: list[Event] = []
+        self.invocations: list[dict[str, Any]] = []
+        self.queue = Queue(QUEUE, storage=self.storage, clock=self.clock)
+        self.coordinator = self.new_coordinator("c1")
+        self.worker = self.new_worker("w1", seed)
+
+    def new_coordinator(self, owner: str) -> Coordinator:
+        return Coordinator(
+            self.storage,
+            QUEUE,
+            invoker=self.invocations.append,
+            settings=self.settings,
+            coordination=self.coordination,
+            clock=self.clock,
+            owner=owner,
+            listener=self.events.append,
+        )
+
+    def new_worker(self, owner: str, seed: int = 7) -> Worker:
+        return Worker(
+            self.storage,
+            QUEUE,
+            settings=self.settings,
+            coordination=self.coordination,
+            clock=self.clock,
+            rng=random.Random(seed),
+            owner=owner,
+            listener=self.events.append,
+        )
+
+    def tick(self) -> TickResult:
+        return self.coordinator.tick()
+
+    def work(
+        self,
+        handler: Callable[[Message], object],
+        *,
+        worker: Worker | None = None,
+        remaining_ms: Callable[[], int] | None = None,
+    ) -> list[WorkResult]:
+        """Process every pending invocation, oldest first."""
+        results = []
+        while self.invocations:
+            payload = self.invocations.pop(0)
+            results.append(
+                (worker or self.worker).process(payload, handler, remaining_ms=remaining_ms)
+            )
+        return results
+
+    def drain(
+        self, handler: Callable[[Message], object], *, rounds: int = 500, step: float = 1.0
+    ) -> int:
+        """Tick and work until nothing is left; the clock moves `step` s on idle rounds."""
+        for count in range(rounds):
+            result = self.tick()
+            self.work(handler)
+            if result.dispatched == 0:
+                stats = self.queue.stats()
+                if not (stats["pending"] or stats["delayed"] or stats["in_flight"]):
+                    return count
+                self.clock.advance(step)
+        raise AssertionError(f"not drained after {rounds} rounds: {self.queue.stats()}")
+
+    def kinds(self, kind: str) -> list[Event]:
+        return [e for e in self.events if e.kind == kind]
+
+    def keys(self, prefix: str = "") -> list[str]:
+        root = self.queue.keys.root + prefix
+        keys: list[str] = []
+        start = None
+        while True:
+            page = self.storage.list(root, start_after=start)
+            keys += [e.key for e in page.entries]
+            if not page.truncated:
+                return keys
+            start = keys[-1]
+
+
+class Recorder:
+    """A handler that records every message it sees and fails as told."""
+
+    def __init__(self, fail: Callable[[Message], BaseException | None] | None = None) -> None:
+        self.seen: list[Message] = []
+        self.fail = fail
+
+    def __call__(self, message: Message) -> None:
+        self.seen.append(message)
+        error = self.fail(message) if self.fail else None
+        if error is not None:
+            raise error
+
+    def bodies(self) -> list[Any]:
+        return [m.body for m in self.seen]

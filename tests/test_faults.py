@@ -1,0 +1,268 @@
+"""Unit: lease expiry and redelivery, heartbeats, fencing, ambiguous writes, time-short release."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import pytest
+from harness import Crash, Harness, Recorder
+from s3queue.config import CoordinatorSettings, QueueSettings
+from s3queue.errors import Conflict
+from s3queue.lease import PENDING, read_lease
+from s3queue.model import Message
+from s3queue.scan import Candidate
+from s3queue.storage import MemoryStorage
+
+VIS = 30.0
+
+
+def crash_on(*bodies: object) -> Recorder:
+    remaining = list(bodies)
+
+    def fail(m: Message) -> BaseException | None:
+        if m.body in remaining:
+            remaining.remove(m.body)
+            return Crash()
+        return None
+
+    return Recorder(fail=fail)
+
+
+def test_crashed_worker_lease_expires_and_message_is_redelivered_as_attempt_two() -> None:
+    h = Harness(settings=QueueSettings(visibility_timeout=VIS))
+    h.queue.enqueue("job")
+    h.tick()
+    handler = crash_on("job")
+    with pytest.raises(Crash):
+        h.work(handler)
+    h.clock.advance(VIS)  # expired, but within the skew tolerance: not yet
+    assert h.tick().reaped == 0
+    h.clock.advance(h.coordination.skew_tolerance + 0.001)
+    assert h.tick().reaped == 1
+    [expire] = h.kinds("expire")
+    assert expire.fields["owner"] == "w1"
+    h.work(handler)
+    assert [m.attempt for m in handler.seen] == [1, 2]
+    assert h.keys("msg/") == [] and h.keys("tickets/") == []
+
+
+def test_stale_worker_cannot_commit_after_reap() -> None:
+    # GIVEN a worker whose handler outlives its lease while the coordinator reaps the ticket
+    h = Harness(settings=QueueSettings(visibility_timeout=VIS))
+    h.queue.enqueue("slow")
+    h.tick()
+    payload = h.invocations.pop()
+    second = h.new_worker("w2")
+    results = []
+
+    def slow(m: Message) -> None:
+        if m.attempt == 1:
+            h.clock.advance(VIS + h.coordination.skew_tolerance + 1)
+            assert h.tick().reaped == 1
+            results.extend(h.work(Recorder(), worker=second))  # the redelivery completes
+
+    # WHEN the first worker finishes and tries to commit
+    first = h.worker.process(payload, slow)
+    # THEN it is fenced: its commit is rejected and nothing is applied twice
+    assert first.status == "lost"
+    assert [r.status for r in results] == ["committed"]
+    assert h.keys("msg/") == [] and h.queue.dead_letters() == []
+    assert len(h.kinds("lease_lost")) == 1
+
+
+def test_heartbeats_keep_a_long_ticket_alive_and_save_finished_work() -> None:
+    h = Harness(settings=QueueSettings(visibility_timeout=VIS, batch_size=5))
+    ids = h.queue.enqueue_many(range(5))
+    h.tick()
+
+    def slow(m: Message) -> BaseException | None:
+        h.clock.advance(VIS * 0.6)  # each message takes 60% of the visibility timeout
+        assert h.tick().reaped == 0  # a heartbeat after each message keeps the lease
+        return Crash() if m.body == 3 and m.attempt == 1 else None
+
+    handler = Recorder(fail=slow)
+    with pytest.raises(Crash):
+        h.work(handler)
+    assert len(h.kinds("heartbeat")) >= 2
+    h.clock.advance(VIS + h.coordination.skew_tolerance + 1)
+    h.tick()
+    h.work(Recorder(fail=slow))
+    redelivered = [e.fields for e in h.kinds("handler_start") if e.fields["attempt"] == 2]
+    # messages 0-2 finished and were recorded by a heartbeat: only 3 and 4 run again
+    assert sorted(f["message_id"] for f in redelivered) == sorted(ids[3:])
+    assert h.keys("msg/") == []
+
+
+def test_repeated_lease_expiry_counts_toward_max_retries() -> None:
+    h = Harness(settings=QueueSettings(visibility_timeout=VIS, max_retries=2))
+    h.queue.enqueue("kills its worker")
+    handler = Recorder(fail=lambda m: Crash())
+    for _ in range(3):
+        h.tick()
+        with pytest.raises(Crash):
+            h.work(handler)
+        h.clock.advance(VIS + h.coordination.skew_tolerance + 1)
+    h.tick()
+    h.work(handler)
+    assert [m.attempt for m in handler.seen] == [1, 2, 3]
+    [dead] = h.queue.dead_letters()
+    assert "lease expired 3 times" in dead["reason"]
+
+
+def test_two_coordinators_one_leader() -> None:
+    h = Harness()
+    other = h.new_coordinator("c2")
+    h.queue.enqueue("x")
+    assert h.tick().leader is True
+    assert other.tick().leader is False
+    assert len(h.invocations) == 1
+
+
+def test_stale_leader_wakes_after_takeover_and_is_fenced() -> None:
+    h = Harness(settings=QueueSettings(batch_size=1))
+    h.queue.enqueue("m1")
+    h.queue.enqueue("m2")
+    old = h.coordinator
+    old.settings = QueueSettings(batch_size=1, max_in_flight_tickets=1)
+    assert old.tick().dispatched == 1  # ticket 1-0 holds m1
+    stale_view = old.memory.known.copy()
+    # GIVEN the leader pauses past its lease and another takes over (epoch 2)
+    h.clock.advance(h.coordination.lease_ttl + h.coordination.skew_tolerance + 1)
+    new = h.new_coordinator("c2")
+    assert new.tick().dispatched == 1  # m2 only: m1 is in the sealed ticket 1-0
+    lease = read_lease(h.storage, h.queue.keys.lease)
+    assert lease is not None and lease.epoch == 2 and lease.seals == {1: 0}
+    # WHEN the old leader wakes mid-tick and publishes m2 in ticket 1-1
+    old.memory.known = stale_view
+    m2 = [
+        k
+        for k in h.keys("msg/")
+        if k not in {r.key for v in stale_view.values() for r in v.ticket.refs}
+    ]
+    entry = next(e for e in h.storage.list(h.queue.keys.msg).entries if e.key == m2[0])
+    old.lease.doc = lease  # it still believes it leads (no renewal was due)
+    old.lease.doc.epoch = 1
+    old.memory.epoch = 1
+    assert old._publish([Candidate(entry.key, entry.etag, entry.size, 0, 0)], 0) == 1
+    # THEN no worker runs it, and the new leader deletes it
+    handler = Recorder()
+    results = h.work(handler)
+    assert sorted(r.status for r in results) == ["committed", "committed", "rejected"]
+    assert sorted(handler.bodies()) == ["m1", "m2"]
+    new.tick()
+    assert h.keys("tickets/") == [] and len(h.kinds("fenced")) == 1
+
+
+def test_seal_pending_defers_old_tickets() -> None:
+    h = Harness()
+    h.queue.enqueue("x")
+    h.tick()
+    # GIVEN a takeover that has not sealed epoch 1 yet
+    lease = read_lease(h.storage, h.queue.keys.lease)
+    assert lease is not None
+    obj = h.storage.get(h.queue.keys.lease)
+    assert obj is not None
+    lease.epoch, lease.seals = 2, {1: PENDING}
+    h.storage.put(h.queue.keys.lease, lease.encode("t2"), if_match=obj.etag)
+    [result] = h.work(Recorder())
+    assert result.status == "deferred"
+
+
+class LostResponses(MemoryStorage):
+    """Applies chosen writes, then answers as the SDK's retry would: by re-sending them."""
+
+    def __init__(self, clock, match: Iterable[str]) -> None:  # type: ignore[no-untyped-def]
+        super().__init__(clock)
+        self.match = list(match)
+        self.lost = 0
+
+    def _put(self, key, body, if_match, if_none_match, token):  # type: ignore[no-untyped-def]
+        etag = super()._put(key, body, if_match, if_none_match, token)
+        if any(m in key for m in self.match):
+            self.lost += 1
+            return super()._put(key, body, if_match, if_none_match, token)  # -> Conflict
+        return etag
+
+
+@pytest.mark.parametrize("where", ["msg/", "tickets/", "coordinator"])
+def test_write_with_lost_response_is_recognised_as_own(where: str) -> None:
+    from s3queue.clock import FakeClock
+
+    clock = FakeClock()
+    storage = LostResponses(clock, [where])
+    h = Harness(storage=storage, clock=clock)
+    h.queue.enqueue("a")
+    handler = Recorder()
+    h.drain(handler)
+    assert storage.lost > 0
+    assert handler.bodies() == ["a"]
+    assert h.keys("msg/") == [] and h.keys("tickets/") == []
+
+
+def test_lost_response_of_a_foreign_token_is_still_a_conflict() -> None:
+    storage = MemoryStorage()
+    etag = storage.put("k", b"1", token="mine")
+    storage.put("k", b"2", if_match=etag, token="theirs")
+    with pytest.raises(Conflict):
+        storage.put("k", b"3", if_match=etag, token="mine")
+
+
+def test_time_short_commits_done_and_releases_the_rest_without_an_attempt() -> None:
+    h = Harness(settings=QueueSettings(batch_size=10))
+    for i in range(6):
+        h.queue.enqueue(i)
+    h.queue.enqueue_many(range(6, 10))
+    h.tick()
+    budget = iter([60_000, 60_000, 60_000, 1_000] + [0] * 20)
+    handler = Recorder()
+    [work] = h.work(handler, remaining_ms=lambda: next(budget))
+    assert work.status == "committed"
+    assert work.count("done") == 3 and work.count("release") == 7
+    h.drain(handler)
+    assert sorted(handler.bodies()) == list(range(10))
+    assert all(m.attempt == 1 for m in handler.seen)
+
+
+def test_worker_on_a_committed_ticket_applies_it() -> None:
+    # GIVEN a worker that committed and died before applying
+    h = Harness()
+    h.queue.enqueue("x")
+    h.tick()
+    payload = h.invocations[0]
+    real = __import__("s3queue.worker", fromlist=["apply_ticket"])
+    original = real.apply_ticket
+
+    def die(*args, **kwargs):  # type: ignore[no-untyped-def]
+        raise Crash()
+
+    real.apply_ticket = die
+    try:
+        with pytest.raises(Crash):
+            h.work(Recorder())
+    finally:
+        real.apply_ticket = original
+    # WHEN the coordinator notices the stuck ticket and invokes again
+    h.clock.advance(h.coordination.dispatch_timeout + 1)
+    h.tick()
+    [again] = h.invocations
+    assert again["ticket"] == payload["ticket"]
+    # THEN the next worker applies the commit without running the handler again
+    handler = Recorder()
+    [result] = h.work(handler)
+    assert result.status == "applied" and handler.seen == []
+    assert h.keys("msg/") == [] and h.keys("tickets/") == []
+
+
+def test_lost_invoke_is_retried_after_dispatch_timeout() -> None:
+    h = Harness(coordination=CoordinatorSettings(dispatch_timeout=10))
+    h.queue.enqueue("x")
+    h.tick()
+    h.invocations.clear()  # the invoke never reached a worker
+    h.clock.advance(9)
+    h.tick()
+    assert h.invocations == []
+    h.clock.advance(1)
+    h.tick()
+    assert len(h.invocations) == 1
+    h.work(Recorder())
+    assert h.keys("msg/") == []

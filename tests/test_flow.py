@@ -1,0 +1,133 @@
+"""Unit: the life of messages through coordinator and worker, on MemoryStorage."""
+
+from __future__ import annotations
+
+from harness import QUEUE, Harness, Recorder
+from s3queue.config import QueueSettings
+
+
+def test_enqueue_dispatch_handle_delete() -> None:
+    h = Harness()
+    message_id = h.queue.enqueue({"to": "a@example.com"})
+    result = h.tick()
+    assert result.dispatched == 1 and len(h.invocations) == 1
+    handler = Recorder()
+    [work] = h.work(handler)
+    assert work.status == "committed" and work.count("done") == 1
+    [message] = handler.seen
+    assert message.id == message_id
+    assert message.body == {"to": "a@example.com"}
+    assert message.attempt == 1 and message.group is None and message.queue == QUEUE
+    assert message.idempotency_key == f"{QUEUE}:{message_id}"
+    assert message.enqueued_at.timestamp() * 1000 == h.clock.now_ms()
+    assert h.keys() == [h.queue.keys.lease]  # message and ticket gone; only the lease remains
+
+
+def test_batches_of_batch_size() -> None:
+    h = Harness(settings=QueueSettings(batch_size=10))
+    for i in range(25):
+        h.queue.enqueue(i)
+    assert h.tick().dispatched == 25
+    sizes = [len(p["doc"]["refs"]) for p in h.invocations]
+    assert sizes == [10, 10, 5]
+    handler = Recorder()
+    h.work(handler)
+    assert sorted(handler.bodies()) == list(range(25))
+
+
+def test_backpressure_limits_live_tickets() -> None:
+    h = Harness(settings=QueueSettings(batch_size=5, max_in_flight_tickets=2))
+    for i in range(30):
+        h.queue.enqueue(i)
+    first = h.tick()
+    assert first.dispatched == 10 and first.live_tickets == 2 and first.waiting > 0
+    assert h.tick().dispatched == 0  # nothing finished, nothing more goes out
+    h.work(Recorder())
+    assert h.tick().dispatched == 10
+    assert h.drain(Recorder()) >= 1
+    assert h.queue.stats()["pending"] == 0
+
+
+def test_enqueue_many_is_one_object_and_one_ticket() -> None:
+    h = Harness()
+    ids = h.queue.enqueue_many(range(100))
+    assert len(ids) == len(set(ids)) == 100
+    assert len(h.keys("msg/")) == 1
+    assert h.tick().dispatched == 100
+    assert len(h.invocations) == 1
+    handler = Recorder()
+    [work] = h.work(handler)
+    assert work.count("done") == 100
+    assert handler.bodies() == list(range(100))
+    assert [m.id for m in handler.seen] == ids
+    assert h.keys("msg/") == []
+
+
+def test_delay_holds_message_until_due() -> None:
+    h = Harness()
+    h.queue.enqueue("later", delay=10)
+    assert h.tick().dispatched == 0
+    assert h.queue.stats()["delayed"] == 1
+    h.clock.advance(9.9)
+    assert h.tick().dispatched == 0
+    h.clock.advance(0.1)
+    assert h.tick().dispatched == 1
+
+
+def test_bytes_and_json_bodies_round_trip() -> None:
+    h = Harness()
+    h.queue.enqueue(b"\x00\xffraw")
+    h.queue.enqueue([1, "two", {"three": None}])
+    h.tick()
+    handler = Recorder()
+    h.work(handler)
+    assert handler.bodies() == [b"\x00\xffraw", [1, "two", {"three": None}]]
+
+
+def test_explicit_id_enqueue_is_idempotent() -> None:
+    h = Harness()
+    assert h.queue.enqueue("once", id="order-42") == "order-42"
+    assert h.queue.enqueue("once", id="order-42") == "order-42"
+    assert h.queue.stats()["pending"] == 1
+    handler = Recorder()
+    h.drain(handler)
+    assert handler.bodies() == ["once"]
+    h.queue.enqueue("once", id="order-42")  # after it was handled: still a no-op
+    h.drain(handler)
+    assert handler.bodies() == ["once"]
+
+
+def test_explicit_id_survives_a_crash_between_marker_and_message() -> None:
+    # GIVEN the first enqueue wrote its marker and died before the message PUT
+    h = Harness()
+    key = h.queue.keys.msg_key(__import__("s3queue.keys").keys.MsgKey(h.clock.now_ms(), "x1"))
+    h.storage.put(
+        h.queue.keys.marker("x1"),
+        b'{"v":1,"token":"t","state":"pending","key":"%s"}' % key.encode(),
+        if_none_match=True,
+    )
+    # WHEN the producer retries, THEN the message exists exactly once and is handled once
+    h.queue.enqueue("payload", id="x1")
+    handler = Recorder()
+    h.drain(handler)
+    assert handler.bodies() == ["payload"]
+
+
+def test_idle_probe_costs_one_list() -> None:
+    h = Harness()
+    assert h.coordinator.probe() is False
+    h.queue.enqueue("x", delay=60)
+    assert h.coordinator.probe() is False  # delayed messages alone are not work
+    h.queue.enqueue("y")
+    assert h.coordinator.probe() is True
+
+
+def test_stats_counts() -> None:
+    h = Harness(settings=QueueSettings(batch_size=2, max_in_flight_tickets=1))
+    for i in range(5):
+        h.queue.enqueue(i)
+    h.queue.enqueue("d", delay=30)
+    h.tick()
+    stats = h.queue.stats()
+    assert (stats["pending"], stats["in_flight"], stats["delayed"], stats["dead"]) == (3, 2, 1, 0)
+    assert stats["tickets"] == 1

@@ -1,0 +1,93 @@
+"""Unit: FIFO within a group, one ticket in flight per group, ungrouped never blocked."""
+
+from __future__ import annotations
+
+import json
+
+from harness import Harness, Recorder
+from s3queue.config import QueueSettings
+
+
+def test_group_in_order_one_in_flight() -> None:
+    h = Harness(settings=QueueSettings(batch_size=1))
+    for i in range(3):
+        h.queue.enqueue(f"a{i}", group="A")
+    for i in range(2):
+        h.queue.enqueue(f"b{i}", group="B")
+    h.queue.enqueue("free")
+    h.tick()
+    assert sorted(_bodies(h)) == ["a0", "b0", "free"]  # each group's head, and the free one
+    assert h.tick().dispatched == 0  # A and B are busy: their next messages wait
+    handler = Recorder()
+    h.drain(handler)
+    a = [b for b in handler.bodies() if b.startswith("a")]
+    b = [x for x in handler.bodies() if x.startswith("b")]
+    assert a == ["a0", "a1", "a2"] and b == ["b0", "b1"]
+
+
+def test_group_batch_keeps_order_inside_a_ticket() -> None:
+    h = Harness(settings=QueueSettings(batch_size=10))
+    for i in range(5):
+        h.queue.enqueue(i, group="g")
+    h.tick()
+    assert len(h.invocations) == 1
+    handler = Recorder()
+    h.work(handler)
+    assert handler.bodies() == [0, 1, 2, 3, 4]
+
+
+def test_busy_group_does_not_block_ungrouped_messages() -> None:
+    h = Harness(settings=QueueSettings(batch_size=1, max_in_flight_tickets=10))
+    h.queue.enqueue("g0", group="slow")
+    h.queue.enqueue("g1", group="slow")
+    for i in range(3):
+        h.queue.enqueue(f"u{i}")
+    h.tick()
+    assert h.tick().dispatched == 0
+    bodies = sorted(_bodies(h))
+    assert bodies == ["g0", "u0", "u1", "u2"]
+
+
+def test_failed_group_message_blocks_its_group_until_retried() -> None:
+    # GIVEN a0 fails once, WHEN the group is drained, THEN a1 never overtakes a0
+    h = Harness(settings=QueueSettings(batch_size=10, backoff_base=4.0, backoff_cap=4.0))
+    for i in range(3):
+        h.queue.enqueue(f"a{i}", group="A")
+    h.queue.enqueue("other")
+    failed: set[str] = set()
+
+    def fail_once(m):  # type: ignore[no-untyped-def]
+        if m.body == "a0" and m.body not in failed:
+            failed.add(m.body)
+            return RuntimeError("transient")
+        return None
+
+    handler = Recorder(fail=fail_once)
+    h.drain(handler, step=0.5)
+    a = [(m.body, m.attempt) for m in handler.seen if m.body.startswith("a")]
+    assert a == [("a0", 1), ("a0", 2), ("a1", 1), ("a2", 1)]
+    releases = h.kinds("release")
+    assert {e.fields["reason"] for e in releases} == {"earlier message of its group failed"}
+
+
+def test_grouped_retry_dead_letters_then_group_continues() -> None:
+    h = Harness(settings=QueueSettings(batch_size=1, max_retries=1, backoff_base=0.1))
+    h.queue.enqueue("poison", group="G")
+    h.queue.enqueue("next", group="G")
+    handler = Recorder(fail=lambda m: RuntimeError("x") if m.body == "poison" else None)
+    h.drain(handler, step=0.5)
+    assert [(m.body, m.attempt) for m in handler.seen] == [
+        ("poison", 1),
+        ("poison", 2),
+        ("next", 1),
+    ]
+
+
+def _bodies(h: Harness) -> list[str]:
+    out = []
+    for payload in h.invocations:
+        for ref in payload["doc"]["refs"]:
+            obj = h.storage.get(ref["key"])
+            assert obj is not None
+            out += [m["body"] for m in json.loads(obj.body)["messages"]]
+    return out
