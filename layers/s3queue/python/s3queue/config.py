@@ -82,8 +82,9 @@ class QueueSettings:
             if isinstance(value, bool) or not isinstance(value, int | float):
                 raise ConfigError(f"setting {name} must be a number, got {value!r}")
             converted[name] = kind(value)
-        return replace(cls(timeout=max(60, int(converted.get("visibility_timeout", 0)))),
-                       **converted)
+        return replace(
+            cls(timeout=max(60, int(converted.get("visibility_timeout", 0)))), **converted
+        )
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -51,6 +51,10 @@ class TickResult:
     waiting: int = 0
     """Ready messages it could not dispatch yet (backpressure or busy groups)."""
     reaped: int = 0
+    in_flight: int = 0
+    """Messages in live tickets (a packed object counts all its messages)."""
+    oldest_ready_ms: int | None = None
+    """Visible time of the oldest ready message not in flight, if the tick scanned."""
 
     @property
     def idle(self) -> bool:
@@ -285,7 +289,9 @@ class Coordinator:
         live = len(memory.known)
         capacity = self.settings.max_in_flight_tickets - live
         if capacity <= 0:
-            return TickResult(leader=True, live_tickets=live, reaped=reaped)
+            return TickResult(
+                leader=True, live_tickets=live, reaped=reaped, in_flight=self._in_flight_messages()
+            )
         candidates, truncated = self._scan(now)
         in_flight = {r.key for k in memory.known.values() for r in k.ticket.refs}
         planner = scan.Planner(
@@ -299,13 +305,24 @@ class Coordinator:
         plan = planner.run(candidates)
         dispatched = sum(self._publish(batch, now) for batch in plan.batches)
         self._advance_cursor(plan, candidates, truncated, now)
+        ready = [c.ready_ms for c in candidates if c.key not in in_flight and c.ready_ms <= now]
         return TickResult(
             leader=True,
             dispatched=dispatched,
             live_tickets=len(memory.known),
             waiting=plan.waiting,
             reaped=reaped,
+            in_flight=self._in_flight_messages(),
+            oldest_ready_ms=min(ready) if ready else None,
         )
+
+    def _in_flight_messages(self) -> int:
+        total = 0
+        for known in self.memory.known.values():
+            for ref in known.ticket.refs:
+                parsed = _msg_key(self, ref.key)
+                total += parsed.count if parsed is not None else 1
+        return total
 
     def _busy_groups(self) -> set[str]:
         groups: set[str] = set()

@@ -1,15 +1,15 @@
 """The exception tree of S3Queue.
 
-    S3QueueError
-     +-- Conflict            an expected lost race: a conditional write or delete did not apply
-     +-- StorageError        S3 failed after retries, or answered something unexpected
-     |    +-- BucketNotFound
-     |    +-- AccessDenied   wrong or missing credentials, or a policy that forbids the call
-     |    +-- EndpointUnreachable
-     +-- QueueNotFound       an admin call named a queue that has no objects
-     +-- MalformedMessage    a body that cannot be encoded, or an object that cannot be decoded
-     +-- LeaseLost           a worker's lease on a ticket was taken over; it must stop
-     +-- PermanentError      raised by a handler: send the message to the DLQ at once
+S3QueueError
+ +-- Conflict            an expected lost race: a conditional write or delete did not apply
+ +-- StorageError        S3 failed after retries, or answered something unexpected
+ |    +-- BucketNotFound
+ |    +-- AccessDenied   wrong or missing credentials, or a policy that forbids the call
+ |    +-- EndpointUnreachable
+ +-- QueueNotFound       an admin call named a queue that has no objects
+ +-- MalformedMessage    a body that cannot be encoded, or an object that cannot be decoded
+ +-- LeaseLost           a worker's lease on a ticket was taken over; it must stop
+ +-- PermanentError      raised by a handler: send the message to the DLQ at once
 """
 
 from __future__ import annotations

@@ -25,7 +25,7 @@ from s3queue.apply import Loaded, apply_ticket, load_ref
 from s3queue.backoff import compute_backoff
 from s3queue.clock import Clock, SystemClock
 from s3queue.config import CoordinatorSettings, QueueSettings
-from s3queue.errors import Conflict, LeaseLost, MalformedMessage, PermanentError
+from s3queue.errors import Conflict, LeaseLost, MalformedMessage, PermanentError, StorageError
 from s3queue.events import Emitter, Listener
 from s3queue.keys import QueueKeys, check_queue_name
 from s3queue.lease import read_lease
@@ -90,7 +90,12 @@ class _Claim:
         with self.lock:
             self.ticket.outcomes.append(outcome)
         if self.worker.clock.now_ms() >= self.next_beat_ms:
-            self.beat()
+            try:
+                self.beat()
+            except StorageError as exc:  # the lease may still hold: the commit will tell
+                self.worker.emit(
+                    "heartbeat_failed", self.worker.clock.now_ms(), ticket=self.key, error=str(exc)
+                )
 
 
 class Worker:
@@ -215,8 +220,13 @@ class Worker:
                 claim.beat()
             except LeaseLost:
                 return
-            except Exception:  # noqa: BLE001 - S3 trouble: try again next beat
-                claim.worker.emit("heartbeat_failed", claim.worker.clock.now_ms(), ticket=claim.key)
+            except StorageError as exc:  # S3 trouble: try again next beat
+                claim.worker.emit(
+                    "heartbeat_failed",
+                    claim.worker.clock.now_ms(),
+                    ticket=claim.key,
+                    error=str(exc),
+                )
 
     def _heartbeat(self, claim: _Claim) -> _Beating:
         return _Beating(claim, self.heartbeat_thread)
