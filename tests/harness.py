@@ -131,3 +131,36 @@ class Recorder:
 
     def bodies(self) -> list[Any]:
         return [m.body for m in self.seen]
+
+
+class CountingStorage:
+    """Wraps a storage and counts calls by kind (one call = one S3 request)."""
+
+    KINDS = {
+        "get": "GET",
+        "head": "HEAD",
+        "put": "PUT",
+        "delete": "DELETE",
+        "delete_many": "DELETE",
+        "list": "LIST",
+    }
+
+    def __init__(self, inner: Storage) -> None:
+        self.inner = inner
+        self.counts: dict[str, int] = {}
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self.inner, name)
+        kind = self.KINDS.get(name)
+        if kind is None:
+            return attr
+
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            self.counts[kind] = self.counts.get(kind, 0) + 1
+            return attr(*args, **kwargs)
+
+        return counted
+
+    def reset(self) -> dict[str, int]:
+        counts, self.counts = self.counts, {}
+        return counts

@@ -131,3 +131,17 @@ def test_stats_counts() -> None:
     stats = h.queue.stats()
     assert (stats["pending"], stats["in_flight"], stats["delayed"], stats["dead"]) == (3, 2, 1, 0)
     assert stats["tickets"] == 1
+
+
+def test_inbox_and_library_messages_share_capacity_without_losing_either() -> None:
+    h = Harness(settings=QueueSettings(batch_size=1, max_in_flight_tickets=2))
+    for i in range(3):
+        h.storage.put(h.queue.keys.inbox + f"ext-{i}.json", b'{"from": "elsewhere"}')
+    h.clock.advance(1)
+    for i in range(3):
+        h.queue.enqueue(i)
+    handler = Recorder()
+    h.drain(handler, step=0.1, rounds=20)  # well before a 60 s sweep could help
+    assert sorted(map(str, handler.bodies())) == sorted(
+        ["0", "1", "2"] + ["{'from': 'elsewhere'}"] * 3
+    )

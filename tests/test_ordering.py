@@ -91,3 +91,48 @@ def _bodies(h: Harness) -> list[str]:
             assert obj is not None
             out += [m["body"] for m in json.loads(obj.body)["messages"]]
     return out
+
+
+def test_long_group_backlog_never_starves_later_ungrouped_messages() -> None:
+    # GIVEN 3,000 messages of one group ahead of ungrouped ones (more than a tick's scan)
+    h = Harness(settings=QueueSettings(batch_size=10, max_in_flight_tickets=4))
+    h.queue.enqueue_many([])  # nothing: packing an empty list writes nothing
+    for i in range(3000):
+        h.queue.enqueue(i, group="hot")
+    h.clock.advance(1)
+    h.queue.enqueue("free-1")
+    h.queue.enqueue("free-2")
+    # WHEN group tickets keep finishing tick after tick
+    handler = Recorder()
+    for _ in range(6):
+        h.tick()
+        h.work(handler)
+    # THEN the ungrouped messages went out within those ticks, and the group stayed in order
+    assert {"free-1", "free-2"} <= set(handler.bodies())
+    hot = [b for b in handler.bodies() if isinstance(b, int)]
+    assert hot == sorted(hot) and len(hot) >= 50
+
+
+def test_ungrouped_retry_after_a_long_ticket_goes_out_without_a_sweep() -> None:
+    # GIVEN a ticket whose first message fails and whose others take 20 s in all
+    h = Harness(settings=QueueSettings(batch_size=5, backoff_base=0.001, backoff_cap=0.001))
+    h.queue.enqueue_many(range(5))
+
+    def slow(m: object) -> BaseException | None:
+        h.clock.advance(4)
+        body = getattr(m, "body", None)
+        return RuntimeError("once") if body == 0 and getattr(m, "attempt", 0) == 1 else None
+
+    handler = Recorder(fail=slow)
+    h.tick()
+    h.work(handler)
+    h.queue.enqueue("bystander")  # keeps the cursor moving
+    # THEN the next tick (well before the 60 s sweep) dispatches the retry copy
+    h.clock.advance(0.1)
+    h.tick()
+    h.work(handler)
+    assert [(m.body, m.attempt) for m in handler.seen][-2:] in (
+        [(0, 2), ("bystander", 1)],
+        [("bystander", 1), (0, 2)],
+    )
+    assert h.kinds("dispatch")[-1].at_ms - h.kinds("dispatch")[0].at_ms < 30_000

@@ -54,7 +54,12 @@ Loader = Callable[[Ref], Loaded | None]
 def apply_ticket(
     storage: Storage, keys: QueueKeys, ticket: Ticket, etag: str, loader: Loader
 ) -> None:
-    """Carry out a committed ticket's outcomes, then delete it."""
+    """Carry out a committed ticket's outcomes, then delete it.
+
+    Ungrouped copies get a sort time no earlier than the commit, so they land ahead of the
+    coordinator's cursor (within its straggler margin); a group's stay in its place in line and
+    the coordinator rewinds to them when the ticket is gone.
+    """
     origin = ticket_name(ticket.epoch, ticket.seq)
     by_ref: dict[str, list[Outcome]] = {}
     for outcome in ticket.outcomes:
@@ -62,8 +67,7 @@ def apply_ticket(
     sources: list[str] = []
     for ref in ticket.refs:
         outcomes = by_ref.get(ref.key, [])
-        untouched = all(o.kind == "release" for o in outcomes) and not ref.redeliveries
-        if not outcomes or untouched:
+        if not outcomes or _untouched(keys, ref, outcomes):
             continue
         loaded = loader(ref)
         if loaded is None:
@@ -77,6 +81,14 @@ def apply_ticket(
         if not key.startswith(keys.msg):
             _delete_foreign(storage, key, ticket)
     storage.delete(keys.ticket(ticket.epoch, ticket.seq), if_match=etag)
+
+
+def _untouched(keys: QueueKeys, ref: Ref, outcomes: list[Outcome]) -> bool:
+    """A grouped message released as it was stays where it is, keeping its place in line."""
+    if ref.redeliveries or any(o.kind != "release" for o in outcomes):
+        return False
+    source = parse_msg_name(ref.key[len(keys.msg) :]) if ref.key.startswith(keys.msg) else None
+    return source is not None and source.group is not None
 
 
 def _delete_foreign(storage: Storage, key: str, ticket: Ticket) -> None:
@@ -104,13 +116,14 @@ def _apply_ref(
         if outcome is None or outcome.kind == "release":
             released.append(_with(record, attempt=attempt))
         elif outcome.kind == "retry":
-            _put_retry(storage, keys, record, outcome, attempt, source, origin)
+            _put_retry(storage, keys, record, outcome, attempt, source, ticket)
         elif outcome.kind == "dead":
             _put_dead(storage, keys, record, outcome, attempt, ref.key)
         if outcome is not None and outcome.kind in ("done", "dead") and record.dedup:
             _mark_done(storage, keys, record.id)
     if released:
-        sort_ms = source.sort_ms if source else ticket.created_ms
+        grouped = source is not None and source.group is not None
+        sort_ms = source.sort_ms if source and grouped else ticket.committed_ms
         base = source.id if source else released[0].id
         key = MsgKey(
             sort_ms,
@@ -136,16 +149,17 @@ def _put_retry(
     outcome: Outcome,
     attempt: int,
     source: MsgKey | None,
-    origin: str,
+    ticket: Ticket,
 ) -> None:
     error = {"attempt": attempt, "at": outcome.at_ms, "error": outcome.error}
     retry = _with(record, attempt=attempt + 1, errors=[*record.errors, error])
     due = outcome.at_ms + outcome.delay_ms
+    origin = ticket_name(ticket.epoch, ticket.seq)
     if record.group is not None and source is not None:
         # FIFO: keep the group's place in line; the group waits until the retry is due.
         key = MsgKey(source.sort_ms, record.id, record.group, due, 1, origin)
     else:
-        key = MsgKey(due, record.id, None, 0, 1, origin)
+        key = MsgKey(max(due, ticket.committed_ms), record.id, None, 0, 1, origin)
     _create(storage, keys.msg_key(key), encode_records([retry], new_token()))
 
 

@@ -67,7 +67,13 @@ class _Memory:
 
     epoch: int = 0
     next_seq: int = 0
-    cursor_ms: int = 0
+    cursor: str = ""
+    """The incremental scan's start_after key ("" lists from the first message)."""
+    rewind_ms: int | None = None
+    """A one-page scan from here, behind the cursor, where a finished group ticket's released
+    messages and successors wait: apart from the cursor, so a group never holds it back."""
+    wakeups: dict[int, int] = field(default_factory=dict)
+    next_in_group: dict[str, int] = field(default_factory=dict)
     swept_ms: int = 0
     known: dict[str, Known] = field(default_factory=dict)
 
@@ -218,10 +224,20 @@ class Coordinator:
 
     def _forget(self, key: str) -> None:
         known = self.memory.known.pop(key)
-        # A finished ticket may leave released messages, or a FIFO retry, behind the cursor.
-        sorts = [k.sort_ms for r in known.ticket.refs if (k := _msg_key(self, r.key))]
+        # A group's next messages, its released ones and its FIFO retry wait behind the
+        # cursor; ungrouped copies are written ahead of it (apply.py) and need no rewind.
+        sorts = []
+        for ref in known.ticket.refs:
+            parsed = _msg_key(self, ref.key)
+            if parsed is not None and parsed.group is not None:
+                sorts.append(parsed.sort_ms)
+                sorts.extend(filter(None, [self.memory.next_in_group.pop(parsed.group, None)]))
         if sorts:
-            self.memory.cursor_ms = min(self.memory.cursor_ms, *sorts)
+            self._rewind(min(sorts))
+
+    def _rewind(self, sort_ms: int) -> None:
+        rewind = self.memory.rewind_ms
+        self.memory.rewind_ms = sort_ms if rewind is None else min(rewind, sort_ms)
 
     def _check(self, entry: Entry, known: Known, now: int) -> int:
         """Re-invoke a ticket nobody works on; reap one whose claim expired. 1 if reaped."""
@@ -292,8 +308,8 @@ class Coordinator:
             return TickResult(
                 leader=True, live_tickets=live, reaped=reaped, in_flight=self._in_flight_messages()
             )
-        candidates, truncated = self._scan(now)
         in_flight = {r.key for k in memory.known.values() for r in k.ticket.refs}
+        candidates, stopped = self._scan(now, in_flight, capacity * self.settings.batch_size)
         planner = scan.Planner(
             now_ms=now,
             batch_size=self.settings.batch_size,
@@ -304,7 +320,7 @@ class Coordinator:
         )
         plan = planner.run(candidates)
         dispatched = sum(self._publish(batch, now) for batch in plan.batches)
-        self._advance_cursor(plan, candidates, truncated, now)
+        self._advance_cursor(plan, stopped, now)
         ready = [c.ready_ms for c in candidates if c.key not in in_flight and c.ready_ms <= now]
         return TickResult(
             leader=True,
@@ -333,37 +349,54 @@ class Coordinator:
                     groups.add(parsed.group)
         return groups
 
-    def _scan(self, now: int) -> tuple[list[scan.Candidate], bool]:
-        """The inbox's first page, and messages from the cursor (bounded pages)."""
+    def _scan(self, now: int, in_flight: set[str], want: int) -> tuple[list[scan.Candidate], str]:
+        """Candidates from the inbox's first page, one page from the rewind point if any, and
+        pages from the cursor until `want` new ones (at most ``scan_pages``): a tick reads what
+        it can dispatch, never the backlog. Also the last key read if it stopped short."""
         memory = self.memory
         if now - memory.swept_ms >= _ms(self.config.sweep_interval):
-            memory.cursor_ms, memory.swept_ms = 0, now  # the periodic sweep for stragglers
-        inbox = self.storage.list(self.keys.inbox)
-        candidates = [scan.inbox_candidate(e) for e in inbox.entries]
-        start = self.keys.msg_after(memory.cursor_ms - _ms(self.config.straggler_margin))
-        truncated = False
+            memory.cursor, memory.swept_ms = "", now  # the periodic sweep for stragglers
+            memory.rewind_ms, memory.wakeups, memory.next_in_group = None, {}, {}
+        for sort_ms, due in list(memory.wakeups.items()):
+            if due <= now:
+                del memory.wakeups[sort_ms]
+                self._rewind(sort_ms)
+        found = {e.key: scan.inbox_candidate(e) for e in self.storage.list(self.keys.inbox).entries}
+        if memory.rewind_ms is not None:
+            if self.keys.msg_after(memory.rewind_ms) < memory.cursor:
+                self._msg_page(self.keys.msg_after(memory.rewind_ms), found)
+            memory.rewind_ms = None
+        start, stopped = memory.cursor or None, ""
         for _ in range(self.config.scan_pages):
-            page = self.storage.list(self.keys.msg, start_after=start)
-            batch = [scan.msg_candidate(e, e.key[len(self.keys.msg) :]) for e in page.entries]
-            candidates.extend(batch)
-            truncated = page.truncated
-            if not truncated or (batch and batch[-1].sort_ms > now):
-                truncated = False
+            stopped = self._msg_page(start, found)
+            if not stopped or found[stopped].sort_ms > now:
+                return _ordered(found), ""
+            start = stopped
+            if sum(1 for key in found if key not in in_flight) >= want:
                 break
-            start = page.entries[-1].key
-        candidates.sort(key=lambda c: (c.sort_ms, c.key))
-        return candidates, truncated
+        return _ordered(found), stopped
 
-    def _advance_cursor(
-        self, plan: scan.Plan, candidates: list[scan.Candidate], truncated: bool, now: int
-    ) -> None:
-        if plan.hold_ms is not None:
-            cursor = plan.hold_ms
-        elif truncated and candidates:
-            cursor = candidates[-1].sort_ms
+    def _msg_page(self, start: str | None, found: dict[str, scan.Candidate]) -> str:
+        """One LIST of msg/ into `found`; its last key when truncated, else ""."""
+        page = self.storage.list(self.keys.msg, start_after=start)
+        for entry in page.entries:
+            found[entry.key] = scan.msg_candidate(entry, entry.key[len(self.keys.msg) :])
+        return page.entries[-1].key if page.truncated and page.entries else ""
+
+    def _advance_cursor(self, plan: scan.Plan, stopped: str, now: int) -> None:
+        """Resume at the first message held back by capacity; else where the scan stopped;
+        else, having read up to now, a straggler margin before now."""
+        memory = self.memory
+        memory.wakeups.update(plan.wakeups)
+        for group, sort_ms in plan.next_in_group.items():
+            memory.next_in_group[group] = min(sort_ms, memory.next_in_group.get(group, sort_ms))
+        held = plan.hold_key
+        if held is not None:
+            memory.cursor = held[:-1]  # lists from `held` on (and its few same-prefix elders)
+        elif stopped:
+            memory.cursor = stopped
         else:
-            cursor = now
-        self.memory.cursor_ms = cursor
+            memory.cursor = self.keys.msg_after(now - _ms(self.config.straggler_margin))
 
     def _publish(self, batch: list[scan.Candidate], now: int) -> int:
         """Create one ticket (If-None-Match) and start a worker on it; its message count."""
@@ -402,6 +435,10 @@ class Coordinator:
             return
         if reason != "new":
             self.emit("reinvoke", now, ticket=key, reason=reason)
+
+
+def _ordered(found: dict[str, scan.Candidate]) -> list[scan.Candidate]:
+    return sorted(found.values(), key=lambda c: (c.sort_ms, c.key))
 
 
 def _msg_key(coordinator: Coordinator, key: str) -> Any:

@@ -185,6 +185,7 @@ class Ticket:
     generation: int = 0
     owner: str | None = None
     lease_until_ms: int = 0
+    committed_ms: int = 0
     outcomes: list[Outcome] = field(default_factory=list)
     history: list[dict[str, Any]] = field(default_factory=list)
 
@@ -200,6 +201,7 @@ class Ticket:
             "gen": self.generation,
             "owner": self.owner,
             "lease_until": self.lease_until_ms,
+            "committed": self.committed_ms,
             "refs": [r.to_json() for r in self.refs],
             "outcomes": [o.to_json() for o in self.outcomes],
             "history": self.history,
@@ -220,6 +222,7 @@ class Ticket:
                 generation=int(doc["gen"]),
                 owner=doc.get("owner"),
                 lease_until_ms=int(doc.get("lease_until", 0)),
+                committed_ms=int(doc.get("committed", 0)),
                 outcomes=[Outcome.from_json(o) for o in doc.get("outcomes", [])],
                 history=list(doc.get("history", [])),
             )

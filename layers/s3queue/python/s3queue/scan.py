@@ -26,6 +26,7 @@ class Candidate:
     group: str | None = None
     count: int = 1
     origin: str | None = None
+    inbox: bool = False
 
 
 def msg_candidate(entry: Entry, name: str) -> Candidate:
@@ -46,9 +47,8 @@ def msg_candidate(entry: Entry, name: str) -> Candidate:
 
 
 def inbox_candidate(entry: Entry) -> Candidate:
-    return Candidate(
-        entry.key, entry.etag, entry.size, entry.last_modified_ms, entry.last_modified_ms
-    )
+    modified = entry.last_modified_ms
+    return Candidate(entry.key, entry.etag, entry.size, modified, modified, inbox=True)
 
 
 @dataclass(slots=True)
@@ -56,13 +56,18 @@ class Plan:
     """Batches to publish, and where the next incremental scan must start."""
 
     batches: list[list[Candidate]] = field(default_factory=list)
-    hold_ms: int | None = None
-    """Earliest sort time of a message held back by capacity or a backoff; None if none."""
+    hold_key: str | None = None
+    """The first message held back by capacity (candidates come in key order); None if none."""
+    wakeups: dict[int, int] = field(default_factory=dict)
+    """sort time -> due time of group heads in backoff: rescan from there once due."""
+    next_in_group: dict[str, int] = field(default_factory=dict)
+    """group -> sort time of its first message held back because the group is busy."""
     waiting: int = 0
     """Ready messages left undispatched (capacity or busy groups)."""
 
-    def hold(self, sort_ms: int) -> None:
-        self.hold_ms = sort_ms if self.hold_ms is None else min(self.hold_ms, sort_ms)
+    def hold(self, key: str) -> None:
+        if self.hold_key is None or key < self.hold_key:
+            self.hold_key = key
 
 
 @dataclass(slots=True)
@@ -94,7 +99,8 @@ class Planner:
 
     def _new_batch(self, candidate: Candidate) -> list[Candidate] | None:
         if len(self.plan.batches) >= self.capacity:
-            self.plan.hold(candidate.sort_ms)
+            if not candidate.inbox:  # the inbox is listed from its start every tick
+                self.plan.hold(candidate.key)
             self.plan.waiting += candidate.count
             return None
         batch = [candidate]
@@ -111,11 +117,12 @@ class Planner:
     def _add_grouped(self, candidate: Candidate, group: str) -> None:
         if group in self.busy_groups or group in self._blocked:
             self._blocked.add(group)
+            self.plan.next_in_group.setdefault(group, candidate.sort_ms)
             self.plan.waiting += candidate.count
             return
         if candidate.ready_ms > self.now_ms:
             self._blocked.add(group)  # FIFO: nothing after a message in backoff may overtake it
-            self.plan.hold(candidate.sort_ms)
+            self.plan.wakeups[candidate.sort_ms] = candidate.ready_ms
             return
         batch = self._group_batches.get(group)
         if batch is not None and len(batch) < self.batch_size:

@@ -154,6 +154,7 @@ class Worker:
             with self._heartbeat(claim):
                 self._run(claim, handler, remaining_ms)
             claim.ticket.state = "committed"
+            claim.ticket.committed_ms = self.clock.now_ms()
             claim.write(lease=False)
         except LeaseLost:
             self.emit("lease_lost", self.clock.now_ms(), ticket=key, owner=self.owner)
