@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable
-from typing import Any
+from typing import Any, ClassVar
 
 from s3queue.clock import FakeClock
 from s3queue.config import CoordinatorSettings, QueueSettings
@@ -136,7 +136,7 @@ class Recorder:
 class CountingStorage:
     """Wraps a storage and counts calls by kind (one call = one S3 request)."""
 
-    KINDS = {
+    KINDS: ClassVar[dict[str, str]] = {
         "get": "GET",
         "head": "HEAD",
         "put": "PUT",
