@@ -266,3 +266,22 @@ def test_lost_invoke_is_retried_after_dispatch_timeout() -> None:
     assert len(h.invocations) == 1
     h.work(Recorder())
     assert h.keys("msg/") == []
+
+
+def test_unreadable_lease_is_recovered_without_double_dispatch() -> None:
+    h = Harness(settings=QueueSettings(batch_size=1))
+    h.queue.enqueue("a")
+    h.tick()  # ticket 1-0 holds "a"
+    obj = h.storage.get(h.queue.keys.lease)
+    assert obj is not None
+    h.storage.put(h.queue.keys.lease, b"garbage", if_match=obj.etag)
+    h.queue.enqueue("b")
+    h.clock.advance(h.coordination.lease_ttl + h.coordination.skew_tolerance + 1)
+    new = h.new_coordinator("c2")
+    assert new.tick().dispatched == 1  # "b" only: the live ticket of epoch 1 was sealed
+    lease = read_lease(h.storage, h.queue.keys.lease)
+    assert lease is not None and lease.epoch > h.clock.now_ms() // 1000
+    assert lease.seals == {1: 0}
+    handler = Recorder()
+    h.work(handler)
+    assert sorted(handler.bodies()) == ["a", "b"]

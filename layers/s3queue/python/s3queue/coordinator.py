@@ -109,6 +109,7 @@ class Coordinator:
             clock=self.clock,
             ttl_ms=_ms(self.config.lease_ttl),
             skew_ms=_ms(self.config.skew_tolerance),
+            epochs=self._ticket_epochs,
         )
         self.memory = _Memory()
 
@@ -151,6 +152,10 @@ class Coordinator:
             self.lease.release(self.memory.next_seq - 1)
             self.emit("release", self.clock.now_ms(), epoch=self.memory.epoch)
         self.memory = _Memory()
+
+    def _ticket_epochs(self) -> set[int]:
+        names = (e.key[len(self.keys.tickets) :] for e in self._list_tickets())
+        return {parsed[0] for name in names if (parsed := parse_ticket_name(name))}
 
     def _list_tickets(self) -> list[Entry]:
         entries: list[Entry] = []

@@ -20,6 +20,7 @@ the LIST has a higher seq than any it had before, so it is above the seal and ne
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -81,7 +82,15 @@ class LeaderLease:
     """Acquire, renew, seal and release the lease of one queue."""
 
     def __init__(
-        self, storage: Storage, key: str, *, owner: str, clock: Clock, ttl_ms: int, skew_ms: int
+        self,
+        storage: Storage,
+        key: str,
+        *,
+        owner: str,
+        clock: Clock,
+        ttl_ms: int,
+        skew_ms: int,
+        epochs: Callable[[], set[int]] = set,
     ) -> None:
         self._storage = storage
         self._key = key
@@ -91,6 +100,7 @@ class LeaderLease:
         self._skew = skew_ms
         self.doc: LeaseDoc | None = None
         self._etag: str | None = None
+        self._epochs = epochs
 
     @property
     def leading(self) -> bool:
@@ -113,7 +123,10 @@ class LeaderLease:
         obj = self._storage.get(self._key)
         if obj is None:
             return self._write(LeaseDoc(self.owner, 1, now + self._ttl), create=True)
-        current = LeaseDoc.decode(obj.body)
+        try:
+            current = LeaseDoc.decode(obj.body)
+        except MalformedMessage:
+            current = self._from_tickets()
         if current.lease_until_ms + self._skew > now:
             return False
         seals = dict(current.seals)
@@ -141,6 +154,14 @@ class LeaderLease:
             return False
         self.doc, self._etag = new, etag
         return True
+
+    def _from_tickets(self) -> LeaseDoc:
+        """An unreadable lease (overwritten by hand?): seal every epoch the tickets show, as
+        after any takeover, and jump to an epoch above any used before (the clock in seconds),
+        so a stale leader of a forgotten epoch can never pass for the new one."""
+        epochs = self._epochs()
+        top = max([*epochs, self._clock.now_ms() // 1000])
+        return LeaseDoc(None, top, 0, {e: PENDING for e in epochs if e != top})
 
     def pending_seals(self) -> list[int]:
         return [e for e, s in (self.doc.seals.items() if self.doc else ()) if s == PENDING]
