@@ -33,3 +33,18 @@ format: install
 
 clean:
 	rm -rf $(VENV) cdk.out .mypy_cache .ruff_cache .pytest_cache
+
+# The CDK CLI (Node) is installed into .cdk-cli/, not globally; synth needs no AWS account.
+CDK_CLI_DIR := .cdk-cli
+CDK := $(CDK_CLI_DIR)/node_modules/.bin/cdk
+CDK_STAMP := $(CDK_CLI_DIR)/.installed
+CDK_ENV := JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION=20 CDK_DISABLE_CLI_TELEMETRY=true
+
+$(CDK_STAMP):
+	npm install --prefix $(CDK_CLI_DIR) --no-audit --no-fund --loglevel=error aws-cdk@2
+	touch $(CDK_STAMP)
+
+## make synth: synthesize the CloudFormation template into cdk.out/ (no AWS account needed)
+synth: install $(CDK_STAMP)
+	$(CDK_ENV) $(CDK) synth --app "$(abspath $(PY)) cdk/app.py" --no-notices --quiet
+	@ls cdk.out/*.template.json

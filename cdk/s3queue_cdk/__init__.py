@@ -1,0 +1,1 @@
+"""The S3Queue CDK app: one Stack composed of small Constructs, one module per component."""

@@ -1,0 +1,52 @@
+"""`Layers`: the s3queue layer built from this repository, and AWS's public Powertools layer."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from aws_cdk import Aws
+from aws_cdk import aws_lambda as lambda_
+from constructs import Construct
+
+from s3queue_cdk.functions import ARCHITECTURE, RUNTIME
+
+POWERTOOLS_ACCOUNT = "017000801446"
+"""AWS's account that publishes Powertools for AWS Lambda (Python) in the commercial regions."""
+POWERTOOLS_LAYER = "AWSLambdaPowertoolsPythonV3-python312-arm64"
+"""The build matching `RUNTIME` and `ARCHITECTURE`."""
+LAYER_EXCLUDES = ["**/__pycache__", "**/*.pyc", "**/*.egg-info"]
+
+
+def powertools_layer_arn(version: int) -> str:
+    """The public layer's ARN in the stack's region (a token until deployment)."""
+    return f"arn:aws:lambda:{Aws.REGION}:{POWERTOOLS_ACCOUNT}:layer:{POWERTOOLS_LAYER}:{version}"
+
+
+class Layers(Construct):
+    """The layers every function uses: ``s3queue`` (queue logic) and Powertools (observability).
+
+    ``layer_dir`` holds ``python/s3queue/``: Lambda puts a layer's ``python/`` on ``sys.path``.
+    The s3queue package needs only boto3, which the Lambda runtime ships, so nothing else is
+    bundled. Powertools comes from AWS's public layer rather than a copy in ours: AWS builds it
+    for each runtime and architecture, and ``powertools_version`` pins it.
+    """
+
+    def __init__(
+        self, scope: Construct, construct_id: str, *, layer_dir: Path, powertools_version: int
+    ) -> None:
+        super().__init__(scope, construct_id)
+        self.s3queue = lambda_.LayerVersion(
+            self,
+            "S3Queue",
+            code=lambda_.Code.from_asset(str(layer_dir), exclude=LAYER_EXCLUDES),
+            compatible_runtimes=[RUNTIME],
+            compatible_architectures=[ARCHITECTURE],
+            description="S3Queue: the queue logic shared by the coordinator and the workers",
+        )
+        self.powertools = lambda_.LayerVersion.from_layer_version_arn(
+            self, "Powertools", powertools_layer_arn(powertools_version)
+        )
+
+    @property
+    def all(self) -> list[lambda_.ILayerVersion]:
+        return [self.powertools, self.s3queue]

@@ -1,0 +1,148 @@
+"""`QueueStorage`: the one bucket that holds every queue, its access-log bucket, its key."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from aws_cdk import Duration, RemovalPolicy
+from aws_cdk import aws_kms as kms
+from aws_cdk import aws_s3 as s3
+from constructs import Construct
+from s3queue.keys import QueueKeys
+
+DONE = "done/"
+"""Optional completion records (``<prefix>/<queue>/done/``)."""
+
+
+class QueueStorage(Construct):
+    """The queue bucket: private, encrypted, TLS only, access-logged, with TTL lifecycle rules.
+
+    Lifecycle rules expire only what the protocol no longer needs (completion records, dedup
+    markers, dead letters after their retention): ``msg/``, ``inbox/`` and ``tickets/`` are
+    never expired, so no message is lost to a rule.
+    """
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        prefix: str,
+        queues: Sequence[str],
+        done_retention: Duration,
+        ids_retention: Duration,
+        dlq_retention: Duration,
+        access_log_retention: Duration,
+        use_kms: bool,
+        versioned: bool,
+        retain: bool,
+        bucket_name: str | None,
+        event_bridge: bool,
+    ) -> None:
+        super().__init__(scope, construct_id)
+        removal = RemovalPolicy.RETAIN if retain else RemovalPolicy.DESTROY
+        self.key: kms.Key | None = None
+        if use_kms:
+            self.key = kms.Key(
+                self,
+                "Key",
+                description="S3Queue: encrypts the queue bucket and the alarm topic",
+                enable_key_rotation=True,
+                removal_policy=removal,
+            )
+        self.access_logs = access_log_bucket(self, retention=access_log_retention, retain=retain)
+        self.bucket = s3.Bucket(
+            self,
+            "Bucket",
+            bucket_name=bucket_name,
+            encryption=s3.BucketEncryption.KMS if self.key else s3.BucketEncryption.S3_MANAGED,
+            encryption_key=self.key,
+            # One data key per bucket instead of a KMS call per object: a queue makes many.
+            bucket_key_enabled=True if self.key else None,
+            block_public_access=s3.BlockPublicAccess.BLOCK_ALL,
+            enforce_ssl=True,
+            minimum_tls_version=1.2,
+            versioned=versioned,
+            server_access_logs_bucket=self.access_logs,
+            server_access_logs_prefix="queue-bucket/",
+            lifecycle_rules=lifecycle_rules(
+                prefix,
+                queues,
+                done=done_retention,
+                ids=ids_retention,
+                dlq=dlq_retention,
+                versioned=versioned,
+            ),
+            removal_policy=removal,
+            auto_delete_objects=not retain,
+        )
+        if event_bridge:
+            enable_event_bridge(self.bucket)
+
+
+def access_log_bucket(scope: Construct, *, retention: Duration, retain: bool) -> s3.Bucket:
+    """The destination of the queue bucket's server access logs, expiring them."""
+    return s3.Bucket(
+        scope,
+        "AccessLogs",
+        # Server access log delivery supports SSE-S3 only, whatever the queue bucket uses.
+        encryption=s3.BucketEncryption.S3_MANAGED,
+        block_public_access=s3.BlockPublicAccess.BLOCK_ALL,
+        enforce_ssl=True,
+        minimum_tls_version=1.2,
+        lifecycle_rules=[s3.LifecycleRule(id="expire-logs", expiration=retention)],
+        removal_policy=RemovalPolicy.RETAIN if retain else RemovalPolicy.DESTROY,
+        auto_delete_objects=not retain,
+    )
+
+
+def enable_event_bridge(bucket: s3.Bucket) -> None:
+    """Send the bucket's events to EventBridge, set on the CloudFormation resource itself.
+
+    ``Bucket(event_bridge_enabled=True)`` would do it through a custom-resource Lambda whose
+    role carries an AWS managed policy; the native property needs neither.
+    """
+    cfn_bucket = bucket.node.default_child
+    assert isinstance(cfn_bucket, s3.CfnBucket)
+    cfn_bucket.notification_configuration = s3.CfnBucket.NotificationConfigurationProperty(
+        event_bridge_configuration=s3.CfnBucket.EventBridgeConfigurationProperty(
+            event_bridge_enabled=True
+        )
+    )
+
+
+def lifecycle_rules(
+    prefix: str,
+    queues: Sequence[str],
+    *,
+    done: Duration,
+    ids: Duration,
+    dlq: Duration,
+    versioned: bool,
+) -> list[s3.LifecycleRule]:
+    """Per-queue TTL rules on ``done/``, ``ids/`` and ``dlq/``, plus bucket-wide hygiene."""
+    rules = [
+        s3.LifecycleRule(
+            id="abort-incomplete-multipart-uploads",
+            abort_incomplete_multipart_upload_after=Duration.days(1),
+        )
+    ]
+    if versioned:
+        rules.append(
+            s3.LifecycleRule(
+                id="expire-noncurrent-versions",
+                noncurrent_version_expiration=Duration.days(1),
+                expired_object_delete_marker=True,
+            )
+        )
+    for queue in queues:
+        keys = QueueKeys(prefix, queue)
+        for name, key_prefix, expiration in (
+            ("done", keys.root + DONE, done),
+            ("ids", keys.ids, ids),
+            ("dlq", keys.dlq, dlq),
+        ):
+            rules.append(
+                s3.LifecycleRule(id=f"{queue}-{name}", prefix=key_prefix, expiration=expiration)
+            )
+    return rules
