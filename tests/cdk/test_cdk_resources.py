@@ -52,8 +52,7 @@ def test_every_bucket_denies_plain_http_and_old_tls(default: Synth) -> None:
             for s in statements
         )
         assert any(
-            s["Effect"] == "Deny"
-            and s["Condition"] == {"NumericLessThan": {"s3:TlsVersion": 1.2}}
+            s["Effect"] == "Deny" and s["Condition"] == {"NumericLessThan": {"s3:TlsVersion": 1.2}}
             for s in statements
         )
 
