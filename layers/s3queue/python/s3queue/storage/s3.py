@@ -1,0 +1,348 @@
+"""`S3Storage`: the `Storage` protocol over a boto3 S3 client.
+
+This is the only module of the package that imports boto3 or botocore: every `ClientError` and
+`BotoCoreError` is translated here into the tree of `s3queue.errors`.
+
+Retries. botocore retries each call itself (standard mode); on top of that every call here runs
+in a bounded loop with exponential backoff and full jitter, for throttling, 5xx and lost
+connections. Retrying a conditional write is safe because each write carries its writer's token:
+
+    writer                       S3
+    PUT If-Match: e1  token=t -> applied, object is now e2 (token t)
+                      <- response lost (timeout, 503 from a proxy, reset)
+    PUT If-Match: e1  token=t -> 412: e1 is gone
+    HEAD              -> token t: the 412 is our own write; return e2, not Conflict
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import random
+import time
+from collections.abc import Callable, Iterable
+from datetime import datetime
+from typing import Any, TypeVar
+
+import boto3
+from botocore.config import Config
+from botocore.exceptions import (
+    BotoCoreError,
+    ClientError,
+    CredentialRetrievalError,
+    HTTPClientError,
+    IncompleteReadError,
+    NoCredentialsError,
+    PartialCredentialsError,
+)
+from botocore.exceptions import ConnectionError as TransportError
+
+from s3queue.errors import (
+    AccessDenied,
+    BucketNotFound,
+    Conflict,
+    EndpointUnreachable,
+    S3QueueError,
+    StorageError,
+)
+from s3queue.storage.base import Entry, Head, Object, Page
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+Sleep = Callable[[float], None]
+
+TOKEN_METADATA = "s3q-token"
+MAX_KEYS = 1000
+
+_CONFLICT_CODES = frozenset({"PreconditionFailed", "ConditionalRequestConflict"})
+# Throttling and server-side failures a retry may cure (besides any 5xx and 429).
+_TRANSIENT_CODES = frozenset(
+    [
+        "SlowDown",
+        "Throttling",
+        "ThrottlingException",
+        "ThrottledException",
+        "RequestThrottled",
+        "RequestThrottledException",
+        "TooManyRequestsException",
+        "RequestLimitExceeded",
+        "BandwidthLimitExceeded",
+        "RequestTimeout",
+        "RequestTimeoutException",
+        "PriorRequestNotComplete",
+        "InternalError",
+        "ServiceUnavailable",
+    ]
+)
+_DENIED_HINTS = {
+    "InvalidAccessKeyId": "this endpoint does not know the access key id: check "
+    "AWS_ACCESS_KEY_ID / AWS_PROFILE",
+    "SignatureDoesNotMatch": "the secret key does not match the access key id: check "
+    "AWS_SECRET_ACCESS_KEY",
+    "ExpiredToken": "the session token has expired: refresh the credentials",
+    "InvalidToken": "the session token is malformed: refresh the credentials",
+    "RequestTimeTooSkewed": "this machine's clock is too far from the server's: sync it (NTP)",
+}
+_CREDENTIAL_ERRORS = (NoCredentialsError, PartialCredentialsError, CredentialRetrievalError)
+_TRANSPORT_ERRORS = (TransportError, HTTPClientError, IncompleteReadError)
+
+
+class _Missing(StorageError):
+    """A 404 on a key: callers turn it into None, success or Conflict; never raised to users."""
+
+
+class _AlreadyOwned(StorageError):
+    """CreateBucket on a bucket we own already: success for `create_bucket`."""
+
+
+class S3Storage:
+    """The `Storage` protocol on one S3 bucket; thread-safe if the client is (boto3's are).
+
+    `head` cannot tell a missing bucket from a missing key (a HEAD response has no body, so S3
+    answers a bare 404 to both): it returns None for both.
+    """
+
+    def __init__(
+        self,
+        client: Any,
+        bucket: str,
+        *,
+        attempts: int = 6,
+        base_delay: float = 0.1,
+        max_delay: float = 5.0,
+        sleep: Sleep = time.sleep,
+        rng: random.Random | None = None,
+    ) -> None:
+        self._client = client
+        self.bucket = bucket
+        self._attempts = max(attempts, 1)
+        self._base_delay = base_delay
+        self._max_delay = max_delay
+        self._sleep = sleep
+        self._rng = rng or random.Random()
+
+    def get(self, key: str) -> Object | None:
+        def fetch() -> Object:
+            response = self._client.get_object(Bucket=self.bucket, Key=key)
+            # Read inside the retried call: a connection dropped mid-body is retried too.
+            body = response["Body"].read()
+            return Object(key, body, _etag(response), _ms(response["LastModified"]))
+
+        try:
+            return self._run("GetObject", key, fetch)
+        except _Missing:
+            return None
+
+    def head(self, key: str) -> Head | None:
+        try:
+            response = self._call("head_object", key, Key=key)
+        except _Missing:
+            return None
+        return Head(_etag(response), response.get("Metadata", {}).get(TOKEN_METADATA))
+
+    def put(
+        self,
+        key: str,
+        body: bytes,
+        *,
+        if_match: str | None = None,
+        if_none_match: bool = False,
+        token: str | None = None,
+    ) -> str:
+        params: dict[str, Any] = {"Key": key, "Body": body}
+        if if_match is not None:
+            params["IfMatch"] = f'"{if_match}"'
+        if if_none_match:
+            params["IfNoneMatch"] = "*"
+        if token is not None:
+            params["Metadata"] = {TOKEN_METADATA: token}
+        try:
+            return _etag(self._put(key, params))
+        except Conflict:
+            # Our own earlier attempt may have applied (see the module docstring).
+            head = self.head(key) if token is not None else None
+            if head is not None and head.token == token:
+                log.debug("put %s: conflict is our own write (token %s)", key, token)
+                return head.etag
+            raise
+
+    def _put(self, key: str, params: dict[str, Any]) -> dict[str, Any]:
+        try:
+            return self._call("put_object", key, **params)
+        except _Missing as exc:
+            # AWS answers 404 NoSuchKey to If-Match on a missing key: the condition failed.
+            raise Conflict(f"{key} is gone") from exc
+
+    def delete(self, key: str, *, if_match: str | None = None) -> None:
+        params: dict[str, Any] = {"Key": key}
+        if if_match is not None:
+            params["IfMatch"] = f'"{if_match}"'
+        try:
+            self._call("delete_object", key, **params)
+        except _Missing:
+            return
+        except Conflict:
+            # SeaweedFS answers 412 where AWS answers 404 to If-Match on a missing key, and a
+            # retried delete whose first attempt applied lands here too: missing is success.
+            if self.head(key) is not None:
+                raise
+
+    def delete_many(self, keys: Iterable[str]) -> None:
+        batch = list(keys)
+        for start in range(0, len(batch), MAX_KEYS):
+            chunk = batch[start : start + MAX_KEYS]
+            objects = [{"Key": key} for key in chunk]
+            response = self._call(
+                "delete_objects", chunk[0], Delete={"Objects": objects, "Quiet": True}
+            )
+            errors = [e for e in response.get("Errors", []) if e.get("Code") != "NoSuchKey"]
+            if errors:
+                first = errors[0]
+                raise StorageError(
+                    f"DeleteObjects on s3://{self.bucket} failed for {len(errors)} keys, "
+                    f"first {first.get('Key')!r}: {first.get('Code')} {first.get('Message', '')}"
+                )
+
+    def list(self, prefix: str, *, start_after: str | None = None, limit: int = 1000) -> Page:
+        params: dict[str, Any] = {"Prefix": prefix, "MaxKeys": min(limit, MAX_KEYS)}
+        if start_after:
+            params["StartAfter"] = start_after
+        response = self._call("list_objects_v2", prefix, **params)
+        entries = [
+            Entry(item["Key"], _unquote(item["ETag"]), item["Size"], _ms(item["LastModified"]))
+            for item in response.get("Contents", [])
+        ]
+        return Page(entries, truncated=bool(response.get("IsTruncated")))
+
+    def create_bucket(self) -> None:
+        """Create the bucket if it does not exist yet (for development servers and tests)."""
+        params: dict[str, Any] = {}
+        region = self._client.meta.region_name
+        if region and region != "us-east-1":
+            params["CreateBucketConfiguration"] = {"LocationConstraint": region}
+        with contextlib.suppress(_AlreadyOwned):
+            self._call("create_bucket", None, **params)
+
+    def _call(self, method: str, key: str | None, **params: Any) -> dict[str, Any]:
+        """One client call on this bucket, retried; see `_run`."""
+        operation = getattr(self._client, method)
+        name = "".join(part.title() for part in method.split("_"))
+        result: dict[str, Any] = self._run(
+            name, key, lambda: operation(Bucket=self.bucket, **params)
+        )
+        return result
+
+    def _run(self, operation: str, key: str | None, call: Callable[[], T]) -> T:
+        """Run `call`, retrying transient failures; raise only `s3queue.errors`."""
+        attempt = 0
+        while True:
+            try:
+                return call()
+            except (ClientError, BotoCoreError) as exc:
+                error, transient = self._translate(exc, operation, key)
+                attempt += 1
+                if not transient or attempt >= self._attempts:
+                    raise error from exc
+                log.debug("%s %s: attempt %d failed, retrying: %s", operation, key, attempt, exc)
+            self._sleep(self._backoff(attempt))
+
+    def _backoff(self, attempt: int) -> float:
+        """Full jitter: uniform in [0, min(max_delay, base_delay * 2**(attempt - 1))]."""
+        ceiling = min(self._max_delay, self._base_delay * 2 ** (attempt - 1))
+        return self._rng.uniform(0.0, ceiling)
+
+    def _translate(
+        self, exc: ClientError | BotoCoreError, operation: str, key: str | None
+    ) -> tuple[S3QueueError, bool]:
+        """The error to raise for `exc`, and whether a retry may cure it."""
+        where = f"{operation} s3://{self.bucket}/{key or ''}"
+        if isinstance(exc, ClientError):
+            return _from_client_error(exc, where, self.bucket)
+        if isinstance(exc, _CREDENTIAL_ERRORS):
+            return AccessDenied(
+                f"no usable AWS credentials for {where} ({exc}): set AWS_PROFILE or "
+                "AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, or give the function a role"
+            ), False
+        if isinstance(exc, _TRANSPORT_ERRORS):
+            endpoint = self._client.meta.endpoint_url
+            return EndpointUnreachable(
+                f"no S3 server answered at {endpoint} for {where}: {exc}; is it running?"
+            ), True
+        return StorageError(f"{where} failed: {exc}"), False
+
+
+def _from_client_error(exc: ClientError, where: str, bucket: str) -> tuple[S3QueueError, bool]:
+    """Map an S3 error response to our tree; 404 on a key becomes the private `_Missing`."""
+    error = exc.response.get("Error", {})
+    code = str(error.get("Code", ""))
+    status = int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode") or 0)
+    if code in _CONFLICT_CODES or status == 412:
+        return Conflict(f"{where}: {code or status}"), False
+    if code == "NoSuchBucket":
+        return BucketNotFound(
+            f"S3 bucket {bucket!r} does not exist: create it, or fix the bucket name or region"
+        ), False
+    if code in _DENIED_HINTS or code == "AccessDenied" or status == 403:
+        hint = _DENIED_HINTS.get(code, f"check that the credentials may access bucket {bucket!r}")
+        return AccessDenied(f"S3 refused {where} ({code or status}): {hint}"), False
+    if status == 404:
+        return _Missing(f"{where}: not found"), False
+    if code == "BucketAlreadyOwnedByYou":
+        return _AlreadyOwned(f"{where}: already owned"), False
+    transient = code in _TRANSIENT_CODES or status == 429 or status >= 500
+    message = str(error.get("Message", "")).replace("\n", " ")
+    return StorageError(f"{where} failed: {code} {message} (HTTP {status})"), transient
+
+
+def _unquote(etag: str) -> str:
+    return etag.strip('"')
+
+
+def _etag(response: dict[str, Any]) -> str:
+    return _unquote(str(response["ETag"]))
+
+
+def _ms(moment: datetime) -> int:
+    return int(moment.timestamp() * 1000)
+
+
+def make_client(
+    endpoint_url: str | None = None,
+    region: str | None = None,
+    *,
+    credentials: tuple[str, str] | None = None,
+    sdk_retries: int = 5,
+    connect_timeout: float = 5.0,
+    read_timeout: float = 20.0,
+) -> Any:
+    """A boto3 S3 client tuned for many small requests from many threads.
+
+    With an endpoint URL (SeaweedFS, moto, ...) addressing is path-style and the region defaults
+    to us-east-1. Checksums are computed only where S3 requires them (DeleteObjects): the bodies
+    are small, TLS already protects them, and CRC32 on every call costs client CPU, the
+    bottleneck here.
+    """
+    config = Config(
+        # botocore's max_attempts counts retries after the first attempt (total_max_attempts
+        # would count them all).
+        retries={"mode": "standard", "max_attempts": sdk_retries},
+        max_pool_connections=64,
+        connect_timeout=connect_timeout,
+        read_timeout=read_timeout,
+        request_checksum_calculation="when_required",
+        response_checksum_validation="when_required",
+        s3={"addressing_style": "path"} if endpoint_url else None,
+    )
+    keys: dict[str, str] = {}
+    if credentials is not None:
+        keys = {"aws_access_key_id": credentials[0], "aws_secret_access_key": credentials[1]}
+    # A session per client: creating clients from boto3's default session is not thread-safe.
+    session = boto3.session.Session()
+    return session.client(
+        "s3",
+        endpoint_url=endpoint_url,
+        region_name=region or ("us-east-1" if endpoint_url else None),
+        config=config,
+        **keys,
+    )

@@ -1,0 +1,225 @@
+"""The storage contract (see `s3queue.storage`), run against every backend."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from s3queue.errors import Conflict
+from s3queue.storage import Storage, new_token
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class TestGetHead:
+    def test_missing_key_is_none(self, storage: Storage) -> None:
+        assert storage.get("q/none") is None
+        assert storage.head("q/none") is None
+
+    def test_get_returns_what_put_wrote(self, storage: Storage) -> None:
+        before = now_ms()
+        etag = storage.put("q/a", b"\x00body\xff")
+        after = now_ms()
+
+        obj = storage.get("q/a")
+
+        assert obj is not None
+        assert (obj.key, obj.body, obj.etag) == ("q/a", b"\x00body\xff", etag)
+        # S3 stores Last-Modified with one-second precision.
+        assert before - 1000 <= obj.last_modified_ms <= after + 1000
+
+    def test_etag_is_unquoted(self, storage: Storage) -> None:
+        etag = storage.put("q/a", b"x")
+        assert etag and '"' not in etag
+
+    def test_head_returns_etag_and_token_of_the_last_write(self, storage: Storage) -> None:
+        storage.put("q/a", b"one", token="tok-1")
+        etag = storage.put("q/a", b"two", token="tok-2")
+        head = storage.head("q/a")
+        assert head is not None and (head.etag, head.token) == (etag, "tok-2")
+
+    def test_head_token_is_none_without_one(self, storage: Storage) -> None:
+        etag = storage.put("q/a", b"x")
+        head = storage.head("q/a")
+        assert head is not None and (head.etag, head.token) == (etag, None)
+
+
+class TestPut:
+    def test_etag_changes_when_the_body_changes(self, storage: Storage) -> None:
+        etags = {storage.put("q/a", f"v{i}".encode()) for i in range(3)}
+        assert len(etags) == 3
+
+    def test_unconditional_put_overwrites(self, storage: Storage) -> None:
+        storage.put("q/a", b"old")
+        storage.put("q/a", b"new")
+        assert (obj := storage.get("q/a")) is not None and obj.body == b"new"
+
+    def test_if_none_match_creates(self, storage: Storage) -> None:
+        etag = storage.put("q/a", b"x", if_none_match=True)
+        assert (head := storage.head("q/a")) is not None and head.etag == etag
+
+    def test_if_none_match_on_existing_key_is_conflict(self, storage: Storage) -> None:
+        storage.put("q/a", b"first")
+        with pytest.raises(Conflict):
+            storage.put("q/a", b"second", if_none_match=True)
+        assert (obj := storage.get("q/a")) is not None and obj.body == b"first"
+
+    def test_if_match_current_etag_swaps(self, storage: Storage) -> None:
+        etag = storage.put("q/a", b"v1")
+        new = storage.put("q/a", b"v2", if_match=etag)
+        assert new != etag
+        assert (obj := storage.get("q/a")) is not None and (obj.body, obj.etag) == (b"v2", new)
+
+    def test_if_match_stale_etag_is_conflict(self, storage: Storage) -> None:
+        stale = storage.put("q/a", b"v1")
+        current = storage.put("q/a", b"v2")
+        with pytest.raises(Conflict):
+            storage.put("q/a", b"v3", if_match=stale)
+        assert (head := storage.head("q/a")) is not None and head.etag == current
+
+    def test_if_match_on_missing_key_is_conflict(self, storage: Storage) -> None:
+        etag = storage.put("q/a", b"v1")
+        storage.delete("q/a")
+        with pytest.raises(Conflict):
+            storage.put("q/a", b"v2", if_match=etag)
+        assert storage.get("q/a") is None
+
+
+class TestTokenRecognition:
+    """A write whose response was lost is retried; the retry's Conflict is our own write."""
+
+    def test_create_retried_with_same_token_returns_the_etag(self, storage: Storage) -> None:
+        token = new_token()
+        first = storage.put("q/a", b"x", if_none_match=True, token=token)
+        # GIVEN the response of `first` was lost, WHEN the writer retries the same write
+        again = storage.put("q/a", b"x", if_none_match=True, token=token)
+        # THEN it is recognised as its own, not a Conflict
+        assert again == first
+
+    def test_create_with_another_token_is_conflict(self, storage: Storage) -> None:
+        storage.put("q/a", b"x", if_none_match=True, token=new_token())
+        with pytest.raises(Conflict):
+            storage.put("q/a", b"x", if_none_match=True, token=new_token())
+
+    def test_swap_retried_with_same_token_returns_the_new_etag(self, storage: Storage) -> None:
+        base = storage.put("q/a", b"v1", token=new_token())
+        token = new_token()
+        swapped = storage.put("q/a", b"v2", if_match=base, token=token)
+        assert storage.put("q/a", b"v2", if_match=base, token=token) == swapped
+
+    def test_swap_with_another_token_is_conflict(self, storage: Storage) -> None:
+        base = storage.put("q/a", b"v1", token=new_token())
+        storage.put("q/a", b"v2", if_match=base, token=new_token())
+        with pytest.raises(Conflict):
+            storage.put("q/a", b"v3", if_match=base, token=new_token())
+
+    def test_without_token_a_retry_is_conflict(self, storage: Storage) -> None:
+        storage.put("q/a", b"x", if_none_match=True)
+        with pytest.raises(Conflict):
+            storage.put("q/a", b"x", if_none_match=True)
+
+
+class TestDelete:
+    def test_delete_removes(self, storage: Storage) -> None:
+        storage.put("q/a", b"x")
+        storage.delete("q/a")
+        assert storage.get("q/a") is None
+
+    def test_delete_missing_key_is_fine(self, storage: Storage) -> None:
+        storage.delete("q/none")
+
+    def test_delete_if_match_current_etag_removes(self, storage: Storage) -> None:
+        etag = storage.put("q/a", b"x")
+        storage.delete("q/a", if_match=etag)
+        assert storage.head("q/a") is None
+
+    def test_delete_if_match_stale_etag_is_conflict(self, storage: Storage) -> None:
+        stale = storage.put("q/a", b"v1")
+        storage.put("q/a", b"v2")
+        with pytest.raises(Conflict):
+            storage.delete("q/a", if_match=stale)
+        assert (obj := storage.get("q/a")) is not None and obj.body == b"v2"
+
+    def test_delete_if_match_on_missing_key_is_fine(self, storage: Storage) -> None:
+        etag = storage.put("q/a", b"x")
+        storage.delete("q/a")
+        storage.delete("q/a", if_match=etag)
+        storage.delete("q/never", if_match="0123456789abcdef0123456789abcdef")
+
+    def test_delete_many_removes_present_and_ignores_missing(self, storage: Storage) -> None:
+        for key in ("q/a", "q/b", "q/c"):
+            storage.put(key, b"x")
+        storage.delete_many(["q/a", "q/missing", "q/c"])
+        assert [e.key for e in storage.list("q/").entries] == ["q/b"]
+
+    def test_delete_many_of_nothing_is_fine(self, storage: Storage) -> None:
+        storage.delete_many([])
+        storage.delete_many(iter(()))
+
+
+class TestList:
+    KEYS = ("q/msg/002", "q/msg/000", "q/msg/001", "q/msga", "q/other/1", "p/msg/000")
+
+    @pytest.fixture
+    def filled(self, storage: Storage) -> Storage:
+        for key in self.KEYS:
+            storage.put(key, key.encode())
+        return storage
+
+    def test_lists_keys_under_prefix_in_order(self, filled: Storage) -> None:
+        page = filled.list("q/msg/")
+        assert [e.key for e in page.entries] == ["q/msg/000", "q/msg/001", "q/msg/002"]
+        assert not page.truncated
+
+    def test_prefix_is_a_string_prefix_not_a_folder(self, filled: Storage) -> None:
+        keys = [e.key for e in filled.list("q/msg").entries]
+        assert keys == ["q/msg/000", "q/msg/001", "q/msg/002", "q/msga"]
+
+    def test_entries_carry_etag_and_size(self, storage: Storage) -> None:
+        etag = storage.put("q/a", b"12345")
+        [entry] = storage.list("q/").entries
+        assert (entry.key, entry.etag, entry.size) == ("q/a", etag, 5)
+        assert abs(entry.last_modified_ms - now_ms()) < 60_000
+
+    def test_start_after_is_exclusive(self, filled: Storage) -> None:
+        keys = [e.key for e in filled.list("q/msg/", start_after="q/msg/000").entries]
+        assert keys == ["q/msg/001", "q/msg/002"]
+
+    def test_start_after_between_keys(self, filled: Storage) -> None:
+        keys = [e.key for e in filled.list("q/msg/", start_after="q/msg/0005").entries]
+        assert keys == ["q/msg/001", "q/msg/002"]
+
+    def test_start_after_before_the_prefix(self, filled: Storage) -> None:
+        keys = [e.key for e in filled.list("q/msg/", start_after="a").entries]
+        assert keys == ["q/msg/000", "q/msg/001", "q/msg/002"]
+
+    def test_limit_truncates_and_start_after_resumes(self, filled: Storage) -> None:
+        first = filled.list("q/msg/", limit=2)
+        assert [e.key for e in first.entries] == ["q/msg/000", "q/msg/001"]
+        assert first.truncated
+        rest = filled.list("q/msg/", start_after=first.entries[-1].key, limit=2)
+        assert [e.key for e in rest.entries] == ["q/msg/002"]
+        assert not rest.truncated
+
+    def test_limit_equal_to_the_count_is_not_truncated(self, filled: Storage) -> None:
+        page = filled.list("q/msg/", limit=3)
+        assert len(page.entries) == 3 and not page.truncated
+
+    def test_empty_prefix_lists_nothing_and_is_not_truncated(self, filled: Storage) -> None:
+        page = filled.list("nothing/")
+        assert page.entries == [] and not page.truncated
+
+    def test_list_sees_writes_and_deletes_at_once(self, storage: Storage) -> None:
+        storage.put("q/a", b"x")
+        assert [e.key for e in storage.list("q/").entries] == ["q/a"]
+        storage.delete("q/a")
+        assert storage.list("q/").entries == []
+
+    def test_keys_with_url_special_characters(self, storage: Storage) -> None:
+        keys = ["q/inbox/a b+c=d&e.json", "q/inbox/ünï%20code?.txt"]
+        for key in keys:
+            storage.put(key, b"x")
+        assert [e.key for e in storage.list("q/inbox/").entries] == sorted(keys)
+        assert all(storage.get(key) is not None for key in keys)
