@@ -1,0 +1,295 @@
+"""`S3Storage` beyond the contract: error mapping, retries, lost responses, server deviations.
+
+Faults are injected with a botocore ``before-send`` hook on a real client talking to SeaweedFS
+(see `inject` in conftest), so botocore parses real error responses end to end.
+"""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from botocore.exceptions import NoCredentialsError
+from moto import mock_aws
+from s3queue.embedded import EmbeddedS3
+from s3queue.errors import (
+    AccessDenied,
+    BucketNotFound,
+    Conflict,
+    EndpointUnreachable,
+    StorageError,
+)
+from s3queue.metering import RequestCounter
+from s3queue.storage import new_token
+from s3queue.storage.s3 import S3Storage, make_client
+
+pytestmark = pytest.mark.s3
+
+Inject = Callable[..., Any]
+
+
+@pytest.fixture
+def sleeps() -> list[float]:
+    return []
+
+
+@pytest.fixture
+def client(seaweed: EmbeddedS3) -> Any:
+    """A client without botocore's own retries, so each injected error reaches our loop."""
+    return seaweed.make_client(sdk_retries=0)
+
+
+@pytest.fixture
+def store(client: Any, bucket: str, sleeps: list[float]) -> S3Storage:
+    return S3Storage(client, bucket, sleep=sleeps.append)
+
+
+class TestMissingBucket:
+    @pytest.fixture
+    def nowhere(self, shared_s3_client: Any) -> S3Storage:
+        return S3Storage(shared_s3_client, "no-such-bucket-s3q", sleep=lambda _: None)
+
+    @pytest.mark.parametrize(
+        "call",
+        [
+            lambda s: s.get("k"),
+            lambda s: s.put("k", b"x"),
+            lambda s: s.put("k", b"x", if_none_match=True),
+            lambda s: s.delete("k"),
+            lambda s: s.delete_many(["k"]),
+            lambda s: s.list("q/"),
+        ],
+        ids=["get", "put", "create", "delete", "delete_many", "list"],
+    )
+    def test_is_bucket_not_found_naming_the_bucket(
+        self, nowhere: S3Storage, call: Callable[[S3Storage], object]
+    ) -> None:
+        with pytest.raises(BucketNotFound, match="no-such-bucket-s3q"):
+            call(nowhere)
+
+    def test_head_cannot_tell_it_from_a_missing_key(self, nowhere: S3Storage) -> None:
+        # A HEAD response has no body: S3 answers a bare 404 for both.
+        assert nowhere.head("k") is None
+
+
+class TestCredentials:
+    @pytest.fixture(scope="class")
+    @classmethod
+    def secured(cls) -> Iterator[EmbeddedS3]:
+        """A second server that enforces one key pair (SeaweedFS in open mode accepts any)."""
+        with EmbeddedS3(credentials=("good-key", "good-secret"), buckets=["locked"]) as server:
+            yield server
+
+    @pytest.mark.parametrize(
+        ("credentials", "hint"),
+        [(("bad-key", "good-secret"), "access key id"), (("good-key", "bad"), "secret key")],
+        ids=["unknown-key", "wrong-secret"],
+    )
+    def test_wrong_credentials_are_access_denied(
+        self, secured: EmbeddedS3, credentials: tuple[str, str], hint: str
+    ) -> None:
+        store = S3Storage(secured.make_client(credentials=credentials), "locked")
+        for call in (lambda: store.list(""), lambda: store.put("k", b"x"), lambda: store.head("k")):
+            with pytest.raises(AccessDenied) as caught:
+                call()
+            assert "\n" not in str(caught.value)
+        with pytest.raises(AccessDenied, match=hint):
+            store.list("")
+
+    def test_right_credentials_work(self, secured: EmbeddedS3) -> None:
+        store = S3Storage(secured.make_client(), "locked")
+        etag = store.put("k", b"x")
+        assert store.list("").entries[0].etag == etag
+
+    def test_missing_credentials_are_access_denied(self, store: S3Storage, client: Any) -> None:
+        def no_credentials(**_: Any) -> None:
+            raise NoCredentialsError()
+
+        client.meta.events.register("before-sign.s3", no_credentials)
+        with pytest.raises(AccessDenied, match="AWS_PROFILE"):
+            store.get("k")
+
+
+def test_unreachable_endpoint_is_retried_then_endpoint_unreachable(sleeps: list[float]) -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    # The port is closed now: connections are refused at once.
+    client = make_client(
+        f"http://127.0.0.1:{port}", credentials=("k", "s"), sdk_retries=0, connect_timeout=1
+    )
+    store = S3Storage(client, "b", sleep=sleeps.append)
+    with pytest.raises(EndpointUnreachable, match=f"127.0.0.1:{port}"):
+        store.get("k")
+    assert len(sleeps) == 5
+
+
+class TestRetries:
+    def test_slow_down_is_retried_with_jittered_backoff(
+        self, store: S3Storage, client: Any, injector: Inject, sleeps: list[float]
+    ) -> None:
+        injection = injector(client, "PutObject", 503, "SlowDown", times=3)
+        etag = store.put("k", b"x")
+        assert injection.injected == 3
+        assert (head := store.head("k")) is not None and head.etag == etag
+        # Full jitter: attempt n waits uniformly in [0, 0.1 * 2**(n-1)].
+        assert len(sleeps) == 3
+        assert all(0 <= s <= 0.1 * 2**n for n, s in enumerate(sleeps))
+
+    def test_internal_error_on_get_is_retried(
+        self, store: S3Storage, client: Any, injector: Inject
+    ) -> None:
+        store.put("k", b"x")
+        injector(client, "GetObject", 500, "InternalError")
+        assert (obj := store.get("k")) is not None and obj.body == b"x"
+
+    def test_retries_are_bounded(
+        self, store: S3Storage, client: Any, injector: Inject, sleeps: list[float]
+    ) -> None:
+        injection = injector(client, "ListObjectsV2", 503, "SlowDown", times=100)
+        with pytest.raises(StorageError, match="SlowDown") as caught:
+            store.list("")
+        assert type(caught.value) is StorageError
+        assert injection.injected == 6 and len(sleeps) == 5
+        assert caught.value.__cause__ is not None
+
+    def test_client_errors_are_not_retried(
+        self, store: S3Storage, client: Any, injector: Inject, sleeps: list[float]
+    ) -> None:
+        injector(client, "PutObject", 400, "InvalidArgument", times=100)
+        with pytest.raises(StorageError, match="InvalidArgument"):
+            store.put("k", b"x")
+        assert sleeps == []
+
+
+class TestConflicts:
+    def test_conditional_request_conflict_409_is_conflict(
+        self, store: S3Storage, client: Any, injector: Inject, sleeps: list[float]
+    ) -> None:
+        injector(client, "PutObject", 409, "ConditionalRequestConflict")
+        with pytest.raises(Conflict):
+            store.put("k", b"x", if_none_match=True)
+        assert sleeps == []
+
+    def test_no_such_key_on_conditional_put_is_conflict(
+        self, store: S3Storage, client: Any, injector: Inject
+    ) -> None:
+        # AWS answers 404 NoSuchKey to If-Match on a missing key; SeaweedFS answers 412.
+        injector(client, "PutObject", 404, "NoSuchKey")
+        with pytest.raises(Conflict):
+            store.put("k", b"x", if_match="0" * 32)
+
+    def test_412_on_delete_of_a_missing_key_is_success(
+        self, store: S3Storage, client: Any, injector: Inject
+    ) -> None:
+        injector(client, "DeleteObject", 412, "PreconditionFailed")
+        store.delete("gone", if_match="0" * 32)
+
+    def test_412_on_delete_of_a_present_key_is_conflict(
+        self, store: S3Storage, client: Any, injector: Inject
+    ) -> None:
+        etag = store.put("k", b"x")
+        injector(client, "DeleteObject", 412, "PreconditionFailed")
+        with pytest.raises(Conflict):
+            store.delete("k", if_match=etag)
+        assert store.head("k") is not None
+
+
+class TestLostResponses:
+    """The write applies, its response is lost (503), the retry meets the write itself."""
+
+    def test_lost_create_is_recognised_by_its_token(
+        self, store: S3Storage, client: Any, injector: Inject
+    ) -> None:
+        injection = injector(client, "PutObject", 503, "SlowDown", forward=True)
+        token = new_token()
+        etag = store.put("k", b"x", if_none_match=True, token=token)
+        assert injection.injected == 1
+        head = store.head("k")
+        assert head is not None and (head.etag, head.token) == (etag, token)
+
+    def test_lost_swap_is_recognised_by_its_token(
+        self, store: S3Storage, client: Any, injector: Inject
+    ) -> None:
+        base = store.put("k", b"v1", token=new_token())
+        injector(client, "PutObject", 500, "InternalError", forward=True)
+        etag = store.put("k", b"v2", if_match=base, token=new_token())
+        assert (obj := store.get("k")) is not None and (obj.body, obj.etag) == (b"v2", etag)
+
+    def test_lost_create_without_token_is_a_conflict(
+        self, store: S3Storage, client: Any, injector: Inject
+    ) -> None:
+        # Why every write carries a token: without one, our own write looks like a rival's.
+        injector(client, "PutObject", 503, "SlowDown", forward=True)
+        with pytest.raises(Conflict):
+            store.put("k", b"x", if_none_match=True)
+
+    def test_lost_conditional_delete_is_success(
+        self, store: S3Storage, client: Any, injector: Inject
+    ) -> None:
+        etag = store.put("k", b"x")
+        injector(client, "DeleteObject", 503, "SlowDown", forward=True)
+        store.delete("k", if_match=etag)
+        assert store.head("k") is None
+
+
+class TestBatches:
+    def test_delete_many_sends_one_request_per_thousand_keys(
+        self, store: S3Storage, client: Any
+    ) -> None:
+        real = ["q/0000", "q/1500", "q/2499"]
+        for key in real:
+            store.put(key, b"x")
+        counter = RequestCounter.attach(client)
+        store.delete_many(f"q/{i:04d}" for i in range(2500))
+        assert counter.counts()["DELETE"] == 3
+        assert store.list("q/").entries == []
+
+    def test_delete_many_reports_errors_other_than_no_such_key(
+        self, store: S3Storage, client: Any, injector: Inject
+    ) -> None:
+        body = (
+            "<DeleteResult>"
+            "<Error><Key>a</Key><Code>NoSuchKey</Code><Message>gone</Message></Error>"
+            "<Error><Key>b</Key><Code>AccessDenied</Code><Message>no</Message></Error>"
+            "</DeleteResult>"
+        )
+        injector(client, "DeleteObjects", 200, body=body)
+        with pytest.raises(StorageError, match="1 keys, first 'b': AccessDenied"):
+            store.delete_many(["a", "b"])
+
+    def test_list_is_one_request_whatever_the_limit(self, store: S3Storage, client: Any) -> None:
+        for i in range(5):
+            store.put(f"q/{i}", b"x")
+        counter = RequestCounter.attach(client)
+        assert store.list("q/", limit=2).truncated
+        assert len(store.list("q/", limit=5000).entries) == 5
+        assert counter.counts()["LIST"] == 2
+
+
+class TestAwsAnswers:
+    """moto answers as AWS does where SeaweedFS deviates (404, not 412, for a missing key)."""
+
+    @pytest.fixture
+    def aws(self) -> Iterator[S3Storage]:
+        with mock_aws():
+            store = S3Storage(make_client(region="us-east-1", credentials=("k", "s")), "aws")
+            store.create_bucket()
+            yield store
+
+    def test_if_match_on_missing_key_is_conflict(self, aws: S3Storage) -> None:
+        with pytest.raises(Conflict):
+            aws.put("k", b"x", if_match="0" * 32)
+
+    def test_conditional_delete_of_missing_key_is_fine(self, aws: S3Storage) -> None:
+        aws.delete("k", if_match="0" * 32)
+
+    def test_create_bucket_twice_is_fine(self, aws: S3Storage) -> None:
+        aws.create_bucket()
+
+    def test_token_recognition(self, aws: S3Storage) -> None:
+        token = new_token()
+        etag = aws.put("k", b"x", if_none_match=True, token=token)
+        assert aws.put("k", b"x", if_none_match=True, token=token) == etag
