@@ -1,0 +1,43 @@
+"""Invokers: how a coordinator starts a worker on a ticket payload.
+
+`LambdaInvoker` sends it to the queue's worker function as an asynchronous (``Event``) invoke.
+A failed invoke is not lost work: the coordinator logs it and invokes the ticket again once
+``dispatch_timeout`` has passed without a claim.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from s3queue.errors import S3QueueError
+
+ACCEPTED = 202
+"""The status Lambda answers to an accepted ``Event`` invoke."""
+
+
+class InvokeFailed(S3QueueError):
+    """Lambda did not accept a worker invocation, or the queue has no worker function."""
+
+
+class LambdaInvoker:
+    """Starts a queue's worker function with ``InvocationType="Event"``; one client for all."""
+
+    def __init__(self, lambda_client: Any, function_names: Mapping[str, str]) -> None:
+        self._client = lambda_client
+        self._functions = dict(function_names)
+
+    def __call__(self, payload: dict[str, Any]) -> None:
+        queue = str(payload["queue"])
+        function = self._functions.get(queue)
+        if function is None:
+            raise InvokeFailed(f"no worker function configured for queue {queue!r}")
+        response = self._client.invoke(
+            FunctionName=function,
+            InvocationType="Event",
+            Payload=json.dumps(payload, separators=(",", ":")).encode(),
+        )
+        status = int(response.get("StatusCode", 0))
+        if status != ACCEPTED:
+            raise InvokeFailed(f"invoke of {function} for {payload.get('ticket')}: HTTP {status}")

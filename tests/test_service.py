@@ -1,0 +1,379 @@
+"""Unit: `serve`, the coordinator run over every queue, on MemoryStorage and a FakeClock."""
+
+from __future__ import annotations
+
+import itertools
+import random
+import threading
+from collections import Counter
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from s3queue import metric_names
+from s3queue.clock import FakeClock
+from s3queue.config import QueueSettings
+from s3queue.coordinator import Coordinator
+from s3queue.errors import BucketNotFound, StorageError
+from s3queue.events import Event
+from s3queue.lease import read_lease
+from s3queue.model import Message
+from s3queue.producer import Queue
+from s3queue.service import Gauges, ServeSettings, serve
+from s3queue.storage import MemoryStorage
+from s3queue.worker import Worker
+
+Failure = Callable[[str, tuple[Any, ...]], Exception | None]
+OPERATIONS = ("get", "head", "put", "delete", "delete_many", "list")
+
+
+class Counting:
+    """A storage wrapper counting calls by operation, optionally failing some."""
+
+    def __init__(
+        self, inner: Any, fail: Callable[[str, tuple[Any, ...]], Exception | None] | None = None
+    ):
+        self.inner = inner
+        self.calls: Counter[str] = Counter()
+        self.listed: list[str] = []
+        self.fail = fail
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self.inner, name)
+        if name not in OPERATIONS:
+            return attr
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            self.calls[name] += 1
+            if name == "list":
+                self.listed.append(args[0])
+            error = self.fail(name, args) if self.fail else None
+            if error is not None:
+                raise error
+            return attr(*args, **kwargs)
+
+        return call
+
+
+class System:
+    """Queues on one storage and one FakeClock; invocations are kept until `work` runs them."""
+
+    def __init__(self, *queues: str, settings: QueueSettings | None = None) -> None:
+        self.clock = FakeClock()
+        self.memory = MemoryStorage(self.clock)
+        self.storage = Counting(self.memory)
+        self.settings = settings or QueueSettings()
+        self.invocations: list[dict[str, Any]] = []
+        self.handled: list[Any] = []
+        self.events: list[Event] = []
+        self.queues = {name: Queue(name, storage=self.memory, clock=self.clock) for name in queues}
+        self.workers = {
+            name: Worker(
+                self.memory,
+                name,
+                settings=self.settings,
+                clock=self.clock,
+                rng=random.Random(1),
+                listener=self.events.append,
+            )
+            for name in queues
+        }
+
+    def coordinators(self, owner: str = "c1") -> list[Coordinator]:
+        return [
+            Coordinator(
+                self.storage,
+                name,
+                invoker=self.invocations.append,
+                settings=self.settings,
+                clock=self.clock,
+                owner=f"{owner}-{name}",
+                listener=self.events.append,
+            )
+            for name in self.queues
+        ]
+
+    def handle(self, message: Message) -> None:
+        self.handled.append(message.body)
+
+    def work(self, limit: int | None = None) -> None:
+        """Run pending invocations, oldest first (at most `limit`)."""
+        count = 0
+        while self.invocations and (limit is None or count < limit):
+            payload = self.invocations.pop(0)
+            self.workers[payload["queue"]].process(payload, self.handle)
+            count += 1
+
+    def deadline(self, seconds: float) -> Callable[[], int]:
+        end = self.clock.now_ms() + round(seconds * 1000)
+        return lambda: end - self.clock.now_ms()
+
+    def kinds(self, kind: str) -> list[Event]:
+        return [e for e in self.events if e.kind == kind]
+
+
+def test_idle_queues_cost_one_list_each_and_no_lease() -> None:
+    # GIVEN two queues with nothing to do (one holds only a message delayed for later)
+    system = System("emails", "reports")
+    system.queues["reports"].enqueue("later", delay=600)
+    system.storage.calls.clear()
+    published: list[tuple[str, dict[str, float]]] = []
+    gauges = Gauges(lambda q, v: published.append((q, v)), system.clock)
+    # WHEN a scheduled run starts
+    result = serve(
+        system.coordinators(), remaining_ms=system.deadline(60), clock=system.clock, gauges=gauges
+    )
+    # THEN it probed each queue once, took no lease, and returned at once
+    assert result.reason == "idle" and result.probes == 2 and result.ticks == 0
+    assert system.storage.calls == Counter({"list": 2})
+    assert system.memory.get("s3queue/emails/coordinator") is None
+    assert [q for q, _ in published] == ["emails", "reports"]
+    assert published[0][1] == {"Pending": 0.0, "InFlight": 0.0, "OldestMessageAge": 0.0}
+
+
+def test_serves_until_empty_then_lingers_and_releases() -> None:
+    system = System("emails", settings=QueueSettings(batch_size=5, max_in_flight_tickets=2))
+    for i in range(30):
+        system.queues["emails"].enqueue(i)
+    ticks: list[int] = []
+
+    def on_tick(queue: str, _: Any) -> None:
+        ticks.append(system.clock.now_ms())
+        system.work(limit=1)  # one ticket finishes between ticks, as if workers ran meanwhile
+
+    settings = ServeSettings(linger=5.0)
+    result = serve(
+        system.coordinators(),
+        remaining_ms=system.deadline(60),
+        clock=system.clock,
+        settings=settings,
+        on_tick=on_tick,
+    )
+    assert sorted(system.handled) == list(range(30))
+    assert result.reason == "idle" and result.dispatched == 30 and result.led == {"emails"}
+    # Busy ticks follow each other at busy_interval; then the idle backoff grows.
+    gaps = [b - a for a, b in itertools.pairwise(ticks)]
+    assert gaps[:5] == [100] * 5
+    assert max(gaps) == 2000
+    # The lease was handed over: the next run takes over without waiting for it to lapse.
+    lease = read_lease(system.memory, "s3queue/emails/coordinator")
+    assert lease is not None and lease.lease_until_ms == 0
+
+
+def test_new_work_during_the_run_is_picked_up_quickly() -> None:
+    system = System("emails", "reports")
+    system.queues["emails"].enqueue("first")
+    started: dict[str, int] = {}
+
+    def on_tick(queue: str, result: Any) -> None:
+        system.work()
+        if queue == "emails" and "late" not in started and len(system.handled) == 1:
+            system.queues["reports"].enqueue("late")
+            started["late"] = system.clock.now_ms()
+        if "late" in system.handled and "done" not in started:
+            started["done"] = system.clock.now_ms()
+
+    serve(
+        system.coordinators(),
+        remaining_ms=system.deadline(60),
+        clock=system.clock,
+        on_tick=on_tick,
+        settings=ServeSettings(linger=3.0),
+    )
+    assert "late" in system.handled
+    # The idle queue is probed again within max_idle_interval.
+    assert started["done"] - started["late"] <= 2000
+
+
+def test_stops_when_remaining_time_runs_short() -> None:
+    # GIVEN workers that never finish: tickets stay live, the queue stays busy
+    system = System("emails")
+    system.queues["emails"].enqueue("stuck")
+    result = serve(
+        system.coordinators(),
+        remaining_ms=system.deadline(30),
+        clock=system.clock,
+        settings=ServeSettings(reserve=10.0),
+    )
+    assert result.reason == "time"
+    assert 19_900 <= system.clock.now_ms() - 1_700_000_000_000 <= 20_000
+    assert len(system.invocations) == 1  # dispatched once, not again
+    lease = read_lease(system.memory, "s3queue/emails/coordinator")
+    assert lease is not None and lease.lease_until_ms == 0
+
+
+def test_stop_event_ends_the_run() -> None:
+    system = System("emails")
+    system.queues["emails"].enqueue("x")
+    stop = threading.Event()
+    result = serve(
+        system.coordinators(),
+        remaining_ms=system.deadline(60),
+        clock=system.clock,
+        on_tick=lambda q, r: stop.set(),
+        stop=stop,
+    )
+    assert result.reason == "stopped" and result.ticks == 1
+
+
+def test_a_follower_gives_up_after_linger() -> None:
+    # GIVEN another coordinator leading the queue (its run holds the lease)
+    system = System("emails")
+    system.queues["emails"].enqueue("x")
+    leader = system.coordinators("leader")[0]
+    assert leader.tick().dispatched == 1
+    system.storage.calls.clear()
+    # WHEN a second run starts
+    result = serve(
+        system.coordinators("second"),
+        remaining_ms=system.deadline(60),
+        clock=system.clock,
+        settings=ServeSettings(linger=3.0),
+    )
+    # THEN it only reads the lease now and then, and ends once quiet
+    assert result.reason == "idle" and result.led == set()
+    assert system.storage.calls["put"] == 0
+    assert len(system.invocations) == 1
+
+
+class Turns:
+    """Threads sharing one FakeClock, one running at a time: sleeping passes the turn on."""
+
+    def __init__(self, clock: FakeClock, count: int) -> None:
+        self.clock, self.count = clock, count
+        self.cond = threading.Condition()
+        self.turn = 0
+        self.finished: set[int] = set()
+
+    def wait_turn(self, me: int) -> None:
+        with self.cond:
+            self.cond.wait_for(lambda: self.turn == me)
+
+    def pass_turn(self, me: int) -> None:
+        with self.cond:
+            others = [i for i in range(self.count) if i not in self.finished and i != me]
+            if others:
+                self.turn = min(others, key=lambda i: (i - me) % self.count)
+            self.cond.notify_all()
+
+    def clock_for(self, me: int) -> Any:
+        turns = self
+
+        class TurnClock:
+            def now_ms(self) -> int:
+                return turns.clock.now_ms()
+
+            def sleep(self, seconds: float) -> None:
+                turns.clock.advance(seconds)
+                turns.pass_turn(me)
+                turns.wait_turn(me)
+
+        return TurnClock()
+
+    def finish(self, me: int) -> None:
+        self.finished.add(me)
+        self.pass_turn(me)
+
+
+def test_two_runs_started_together_are_harmless() -> None:
+    # GIVEN one queue with a backlog, and two coordinator runs started at the same moment
+    # (EventBridge may deliver a schedule twice)
+    system = System("emails", settings=QueueSettings(batch_size=4, max_in_flight_tickets=2))
+    system.queues["emails"].enqueue_many(range(20))
+    for i in range(20, 40):
+        system.queues["emails"].enqueue(i)
+    turns = Turns(system.clock, 2)
+    results: dict[int, Any] = {}
+
+    def run(me: int) -> None:
+        turns.wait_turn(me)
+        try:
+            coordinators = [
+                Coordinator(
+                    system.storage,
+                    "emails",
+                    invoker=system.invocations.append,
+                    settings=system.settings,
+                    clock=turns.clock_for(me),
+                    owner=f"run{me}",
+                    listener=system.events.append,
+                )
+            ]
+            results[me] = serve(
+                coordinators,
+                remaining_ms=system.deadline(60),
+                clock=turns.clock_for(me),
+                settings=ServeSettings(linger=5.0),
+                on_tick=lambda q, r: system.work(limit=1),
+            )
+        finally:
+            turns.finish(me)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=30)
+    # THEN every message ran exactly once, both runs ended cleanly, one led at a time
+    assert sorted(system.handled) == list(range(40))
+    assert {r.reason for r in results.values()} == {"idle"}
+    assert sum(r.dispatched for r in results.values()) == 40
+    assert not system.kinds("expire") and not system.kinds("fenced")
+    assert system.kinds("not_leader")  # the second run did find the first leading
+
+
+def test_storage_trouble_on_one_queue_does_not_stop_the_others() -> None:
+    system = System("broken", "fine")
+    system.queues["fine"].enqueue("ok")
+    system.queues["broken"].enqueue("never")
+
+    def fail(operation: str, args: tuple[Any, ...]) -> Exception | None:
+        broken = operation == "list" and str(args[0]).startswith("s3queue/broken/")
+        return StorageError("SlowDown after retries") if broken else None
+
+    system.storage.fail = fail
+    result = serve(
+        system.coordinators(),
+        remaining_ms=system.deadline(60),
+        clock=system.clock,
+        settings=ServeSettings(linger=3.0),
+        on_tick=lambda q, r: system.work(),
+    )
+    assert system.handled == ["ok"]
+    assert result.errors >= 2 and result.reason == "idle"
+
+
+def test_a_missing_bucket_ends_the_run() -> None:
+    system = System("emails")
+    system.storage.fail = lambda op, args: BucketNotFound("no bucket")
+    with pytest.raises(BucketNotFound):
+        serve(system.coordinators(), remaining_ms=system.deadline(60), clock=system.clock)
+
+
+def test_gauges_at_most_once_a_minute_per_queue() -> None:
+    system = System("emails", settings=QueueSettings(batch_size=1, max_in_flight_tickets=2))
+    queue = system.queues["emails"]
+    for i in range(5):
+        queue.enqueue(i)
+    system.clock.advance(30)  # the oldest message has waited 30 s
+    published: list[dict[str, float]] = []
+    gauges = Gauges(lambda q, v: published.append(v), system.clock, interval=60)
+    coordinator = system.coordinators()[0]
+    system.storage.calls.clear()
+    gauges.observe(coordinator, coordinator.tick())
+    assert published == [
+        {
+            metric_names.IN_FLIGHT: 2,
+            metric_names.PENDING: 3,
+            metric_names.OLDEST_MESSAGE_AGE: 30.0,
+            metric_names.DEAD_LETTERS: 0,
+        }
+    ]
+    system.clock.advance(59)
+    gauges.observe(coordinator, coordinator.tick())  # at the in-flight limit: no scan
+    assert len(published) == 1
+    system.clock.advance(1)
+    gauges.observe(coordinator, coordinator.tick())
+    assert len(published) == 2 and published[1][metric_names.PENDING] == 3
+    # The DLQ is counted with one LIST per publication, never per tick.
+    assert [p for p in system.storage.listed if p.endswith("/dlq/")] == ["s3queue/emails/dlq/"] * 2
