@@ -14,7 +14,7 @@ from s3queue import metric_names
 from s3queue.clock import FakeClock
 from s3queue.config import QueueSettings
 from s3queue.coordinator import Coordinator
-from s3queue.errors import BucketNotFound, StorageError
+from s3queue.errors import BucketNotFound, EndpointUnreachable, StorageError
 from s3queue.events import Event
 from s3queue.lease import read_lease
 from s3queue.model import Message
@@ -341,6 +341,15 @@ def test_storage_trouble_on_one_queue_does_not_stop_the_others() -> None:
     )
     assert system.handled == ["ok"]
     assert result.errors >= 2 and result.reason == "idle"
+
+
+def test_no_queue_answering_at_the_start_ends_the_run() -> None:
+    # GIVEN an endpoint that fails every request (after the storage's own retries)
+    system = System("emails", "reports")
+    system.storage.fail = lambda op, args: EndpointUnreachable("no S3 server answered")
+    # THEN the run fails loudly instead of returning as if the queues were idle
+    with pytest.raises(EndpointUnreachable):
+        serve(system.coordinators(), remaining_ms=system.deadline(60), clock=system.clock)
 
 
 def test_a_missing_bucket_ends_the_run() -> None:

@@ -12,6 +12,8 @@ from s3queue.errors import (
     S3QueueError,
     StorageError,
 )
+from s3queue.producer import Queue
+from s3queue.runtime import run_local
 
 __all__ = [
     "AccessDenied",
@@ -21,8 +23,10 @@ __all__ = [
     "LeaseLost",
     "MalformedMessage",
     "PermanentError",
+    "Queue",
     "QueueNotFound",
     "QueueSettings",
     "S3QueueError",
     "StorageError",
+    "run_local",
 ]

@@ -10,6 +10,9 @@ Cost and latency:
 - Another coordinator leading a queue (two runs started together) is no error: this run asks
   again every ``follow_interval`` and takes over when the leader releases or lapses.
 
+A storage error on one queue is logged and retried later while the others go on; one on every
+queue at the start, or a missing bucket or credentials, ends the run with that error.
+
 The run ends when the remaining time runs short (``reserve``), when `stop` is set, or when every
 queue has been quiet for ``linger`` seconds (never, with ``linger=None``); it releases every
 lease it holds on the way out. All waiting goes through the injected clock.
@@ -156,6 +159,7 @@ class _Run:
         self.clock, self.settings = clock, settings
         self.gauges, self.on_tick = gauges, on_tick
         self.result = ServeResult()
+        self.last_error: StorageError | None = None
 
     def step_due(self) -> None:
         now = self.clock.now_ms()
@@ -172,6 +176,7 @@ class _Run:
             raise
         except StorageError as exc:  # S3 trouble on one queue: the others go on, this one waits
             self.result.errors += 1
+            self.last_error = exc
             log.warning("queue %s: %s", slot.queue, exc, extra={"queue": slot.queue})
             self._quiet(slot, self.clock.now_ms())
 
@@ -267,6 +272,8 @@ def serve(
                 run.result.reason = "time"
                 break
             run.step_due()
+            if first and run.last_error is not None and run.result.errors == len(run.slots):
+                raise run.last_error  # no queue answered at all: fail loudly (alarms see it)
             if (first and run.all_probing()) or (
                 s.linger is not None and run.quiet_for_ms() >= _ms(s.linger)
             ):

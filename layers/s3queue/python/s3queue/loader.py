@@ -1,0 +1,87 @@
+"""Loading handlers for the local runtime: a folder of handler modules, or a dict of callables.
+
+A folder is read with `discover_handlers` (queue names and ``SETTINGS``), then each module is
+imported from its file. The folder's parent goes on ``sys.path`` (appended) as ``/var/task``
+is on Lambda, so a handler importing ``handlers._shared`` works the same in both places.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import os
+import sys
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from s3queue.config import ConfigError, QueueSettings
+from s3queue.discovery import HANDLER_NAME, discover_handlers
+from s3queue.keys import check_queue_name
+from s3queue.worker import Handler
+
+Handlers = str | os.PathLike[str] | Mapping[str, Handler]
+"""A folder of handler modules, or ``{queue: callable}``."""
+
+
+@dataclass(frozen=True)
+class LocalQueue:
+    """A queue as the local runtime runs it: its handler and its settings."""
+
+    handler: Handler
+    settings: QueueSettings
+
+
+def load_handlers(
+    handlers: Handlers, overrides: Mapping[str, Any] | None = None
+) -> dict[str, LocalQueue]:
+    """Every queue of `handlers`, with `overrides` applied to each queue's settings."""
+    if isinstance(handlers, Mapping):
+        loaded = {
+            check_queue_name(name): LocalQueue(handler, QueueSettings())
+            for name, handler in handlers.items()
+        }
+    else:
+        loaded = {
+            name: LocalQueue(import_handler(spec.path), spec.settings)
+            for name, spec in discover_handlers(handlers).items()
+        }
+    if not loaded:
+        raise ConfigError(f"no handlers in {handlers!r}")
+    return {
+        name: LocalQueue(queue.handler, with_overrides(queue.settings, overrides))
+        for name, queue in loaded.items()
+    }
+
+
+def with_overrides(settings: QueueSettings, overrides: Mapping[str, Any] | None) -> QueueSettings:
+    """`settings` with some fields replaced; unknown fields and bad values are `ConfigError`."""
+    if not overrides:
+        return settings
+    return QueueSettings.from_mapping({**settings.to_dict(), **overrides})
+
+
+def import_handler(path: Path) -> Handler:
+    """The ``handle`` function of the module at `path`; `ConfigError` if it cannot be had."""
+    resolved = path.resolve()
+    root = str(resolved.parent.parent)
+    if root not in sys.path:
+        sys.path.append(root)
+    digest = hashlib.sha1(str(resolved).encode(), usedforsecurity=False).hexdigest()[:8]
+    name = f"_s3queue_handler_{digest}_{path.stem}"
+    module = sys.modules.get(name)
+    if module is None:
+        spec = importlib.util.spec_from_file_location(name, resolved)
+        if spec is None or spec.loader is None:
+            raise ConfigError(f"{path}: cannot be imported")
+        module = importlib.util.module_from_spec(spec)
+        try:
+            spec.loader.exec_module(module)
+        except Exception as exc:  # any failure of user code at import, named with its file
+            raise ConfigError(f"{path}: import failed: {type(exc).__name__}: {exc}") from exc
+        sys.modules[name] = module
+    handle: Callable[..., object] | None = getattr(module, HANDLER_NAME, None)
+    if not callable(handle):
+        raise ConfigError(f"{path}: `{HANDLER_NAME}` is not a function")
+    return handle
