@@ -1,0 +1,121 @@
+"""Coordinator Lambda: serves every queue of ``S3QUEUE_QUEUES`` for one scheduled run.
+
+Started by the EventBridge schedule (and, in low-latency mode, by S3 "Object Created" events).
+An idle run costs one LIST per queue; a busy one dispatches until its time runs short, then
+hands its leases over. Two runs at once are harmless: each queue's lease picks one leader.
+Queue gauges go out as CloudWatch embedded metrics (log lines), at most once a minute a queue.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from typing import Any
+
+import boto3
+from aws_lambda_powertools import Logger, Tracer
+from aws_lambda_powertools.metrics import EphemeralMetrics, MetricUnit
+from aws_lambda_powertools.utilities.typing import LambdaContext
+from botocore.config import Config
+from s3queue import metric_names
+from s3queue.clock import Clock, SystemClock
+from s3queue.config import ConfigError, CoordinatorSettings, Environment, QueueSettings
+from s3queue.coordinator import Coordinator
+from s3queue.invoke import LambdaInvoker
+from s3queue.service import Gauges, serve
+from s3queue.storage.s3 import S3Storage, make_client
+
+logger = Logger(service=metric_names.SERVICE)
+tracer = Tracer(service=metric_names.SERVICE)
+
+UNITS = {metric_names.OLDEST_MESSAGE_AGE: MetricUnit.Seconds}
+"""Every other gauge is a Count."""
+CLOCK: Clock = SystemClock()
+"""The run's clock (tests put a FakeClock here)."""
+LAMBDA_CONFIG = Config(
+    retries={"mode": "standard", "max_attempts": 3}, connect_timeout=2, read_timeout=10
+)
+
+
+def publish(queue: str, values: dict[str, float]) -> None:
+    """One embedded-metrics line of a queue's gauges, with the dimension the alarms use."""
+    gauges = EphemeralMetrics(namespace=metric_names.NAMESPACE, service=metric_names.SERVICE)
+    gauges.add_dimension(metric_names.DIMENSION_QUEUE, queue)
+    for name, value in values.items():
+        gauges.add_metric(name, UNITS.get(name, MetricUnit.Count), value)
+    gauges.flush_metrics()
+
+
+@dataclass(frozen=True)
+class Container:
+    """What one Lambda container builds once."""
+
+    env: Environment
+    storage: S3Storage
+    invoker: LambdaInvoker
+    settings: dict[str, QueueSettings]
+    gauges: Gauges
+
+
+@functools.cache
+def container() -> Container:
+    env = Environment.from_env()
+    if not env.queues:
+        raise ConfigError("S3QUEUE_QUEUES is empty: the coordinator has no queue to serve")
+    try:
+        functions = {queue: str(spec["function"]) for queue, spec in env.queues.items()}
+        settings = {
+            queue: QueueSettings.from_mapping(spec.get("settings", {}))
+            for queue, spec in env.queues.items()
+        }
+    except (KeyError, TypeError, AttributeError) as exc:
+        raise ConfigError(f"S3QUEUE_QUEUES: each queue needs a function name: {exc!r}") from exc
+    session = boto3.session.Session()
+    return Container(
+        env=env,
+        storage=S3Storage(make_client(env.endpoint_url), env.bucket),
+        invoker=LambdaInvoker(session.client("lambda", config=LAMBDA_CONFIG), functions),
+        settings=settings,
+        gauges=Gauges(publish, CLOCK),
+    )
+
+
+def coordinators(app: Container, owner: str) -> list[Coordinator]:
+    """One coordinator per queue for this run (their state lives in S3, not in the container)."""
+    return [
+        Coordinator(
+            app.storage,
+            queue,
+            invoker=app.invoker,
+            prefix=app.env.prefix,
+            settings=settings,
+            coordination=CoordinatorSettings(),
+            clock=CLOCK,
+            owner=owner,
+        )
+        for queue, settings in app.settings.items()
+    ]
+
+
+def trigger(event: dict[str, Any]) -> str:
+    """What started this run, for the log."""
+    kind = str(event.get("detail-type") or "invoke")
+    key = (event.get("detail") or {}).get("object", {}).get("key")
+    return f"{kind}: {key}" if key else kind
+
+
+@logger.inject_lambda_context(clear_state=True)
+@tracer.capture_lambda_handler
+def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    """Serve every queue until they are idle or the invocation's time runs short."""
+    app = container()
+    logger.info("coordinator run", trigger=trigger(event), queues=sorted(app.settings))
+    result = serve(
+        coordinators(app, owner=context.aws_request_id[:12]),
+        remaining_ms=context.get_remaining_time_in_millis,
+        clock=CLOCK,
+        gauges=app.gauges,
+    )
+    summary = result.to_dict()
+    logger.info("coordinator run ended", **summary)
+    return summary

@@ -1,0 +1,156 @@
+"""Worker Lambda: runs one queue's handler module on the tickets the coordinator sends.
+
+Event: one ticket payload ``{queue, ticket, etag, doc}``, or ``{"tickets": [payload, ...]}``.
+Configuration is read once per container (``S3QUEUE_*``); the handler module is
+``handlers.<queue>``. A Lambda timeout loses nothing: the worker stops handling messages when
+the remaining time runs short (releasing the rest untouched), and the ticket's lease lets the
+coordinator redeliver anything a killed invocation held.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import threading
+import warnings
+from dataclasses import dataclass
+from typing import Any
+
+from aws_lambda_powertools import Logger, Metrics, Tracer
+from aws_lambda_powertools.metrics import MetricUnit
+from aws_lambda_powertools.utilities.typing import LambdaContext
+from s3queue import metric_names
+from s3queue.config import Environment
+from s3queue.errors import S3QueueError
+from s3queue.events import Event
+from s3queue.storage.s3 import S3Storage, make_client
+from s3queue.worker import Handler, Worker, WorkResult
+
+# An invocation whose tickets were all gone or busy has no metrics: that is normal.
+warnings.filterwarnings("ignore", message="No application metrics to publish")
+
+logger = Logger(service=metric_names.SERVICE)
+metrics = Metrics(namespace=metric_names.NAMESPACE, service=metric_names.SERVICE)
+tracer = Tracer(service=metric_names.SERVICE)
+
+COUNTERS = {
+    "done": (metric_names.PROCESSED,),
+    "retry": (metric_names.FAILED, metric_names.RETRIED),
+    "dead": (metric_names.DEAD_LETTERED,),
+}
+FAILED_STATUSES = frozenset({"lost"})
+"""Tickets this invocation could not finish; the others were done or were not its to do."""
+
+
+class MetricsListener:
+    """Turns worker events into metrics; knows the payload being worked.
+
+    The events are logged by the core already (through the ``s3queue`` logger, which is this
+    function's Powertools logger), with the queue, ticket and message ids as keys.
+    """
+
+    def __init__(self) -> None:
+        self._local = threading.local()
+
+    def begin(self, payload: dict[str, Any]) -> None:
+        refs = (payload.get("doc") or {}).get("refs", [])
+        self._local.redelivered = {r["key"] for r in refs if r.get("redel")}
+
+    def __call__(self, event: Event) -> None:
+        fields = event.fields
+        if event.kind == "handler_start":
+            if fields.get("ref") in getattr(self._local, "redelivered", ()):
+                metrics.add_metric(metric_names.REDELIVERED, MetricUnit.Count, 1)
+        elif event.kind == "handler_finish":
+            self._finished(fields)
+
+    @staticmethod
+    def _finished(fields: dict[str, Any]) -> None:
+        outcome, ran = fields.get("outcome"), "duration_ms" in fields
+        names = COUNTERS.get(str(outcome), ())
+        if outcome == "dead" and ran and fields.get("error"):
+            names = (metric_names.FAILED, *names)
+        for name in names:
+            metrics.add_metric(name, MetricUnit.Count, 1)
+        if ran:
+            metrics.add_metric(
+                metric_names.HANDLER_DURATION, MetricUnit.Milliseconds, fields["duration_ms"]
+            )
+
+
+@dataclass(frozen=True)
+class Container:
+    """What one Lambda container builds once: config, client, storage, handler and worker."""
+
+    queue: str
+    handler: Handler
+    worker: Worker
+    listener: MetricsListener
+
+
+@functools.cache
+def container() -> Container:
+    env = Environment.from_env()
+    if env.queue is None:
+        raise S3QueueError("S3QUEUE_QUEUE is not set: the worker does not know its queue")
+    storage = S3Storage(make_client(env.endpoint_url), env.bucket)
+    module = importlib.import_module(f"handlers.{env.queue}")
+    listener = MetricsListener()
+    worker = Worker(
+        storage,
+        env.queue,
+        prefix=env.prefix,
+        settings=env.settings,
+        listener=listener,
+        heartbeat_thread=True,
+    )
+    metrics.set_default_dimensions(**{metric_names.DIMENSION_QUEUE: env.queue})
+    return Container(env.queue, module.handle, worker, listener)
+
+
+def payloads(event: dict[str, Any]) -> list[dict[str, Any]]:
+    """The ticket payloads of an invoke event."""
+    tickets = event.get("tickets")
+    if isinstance(tickets, list):
+        return [t for t in tickets if isinstance(t, dict)]
+    return [event] if "ticket" in event else []
+
+
+@tracer.capture_method
+def work(app: Container, payload: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    """One ticket; an S3QueueError is reported, not raised, so the other tickets still run."""
+    ticket = str(payload.get("ticket"))
+    logger.append_keys(ticket=ticket)
+    tracer.put_annotation("ticket", ticket)
+    app.listener.begin(payload)
+    try:
+        result: WorkResult = app.worker.process(
+            payload, app.handler, remaining_ms=context.get_remaining_time_in_millis
+        )
+    except S3QueueError as exc:
+        logger.exception("ticket failed")
+        return {"ticket": ticket, "status": "error", "error": f"{type(exc).__name__}: {exc}"}
+    finally:
+        logger.remove_keys(["ticket"])
+    counts = {kind: result.count(kind) for kind in ("done", "retry", "dead", "release")}
+    logger.info("ticket %s", result.status, status=result.status, **counts)
+    return {"ticket": ticket, "status": result.status, **counts}
+
+
+@logger.inject_lambda_context(clear_state=True)
+@tracer.capture_lambda_handler
+@metrics.log_metrics
+def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    """Process every ticket of the event; failures are listed in ``batchItemFailures``."""
+    app = container()
+    logger.append_keys(queue=app.queue)
+    results = [work(app, payload, context) for payload in payloads(event)]
+    failures = [r for r in results if r["status"] == "error" or r["status"] in FAILED_STATUSES]
+    if results and len(failures) == len(results) and all(r["status"] == "error" for r in results):
+        # Nothing worked because S3 failed: an error the function's alarm should see.
+        raise S3QueueError(f"every ticket failed: {failures[0]['error']}")
+    return {
+        "queue": app.queue,
+        "tickets": results,
+        "batchItemFailures": [{"itemIdentifier": r["ticket"]} for r in failures],
+    }

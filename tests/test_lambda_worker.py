@@ -1,0 +1,247 @@
+"""Functional: the worker Lambda entry point on tickets from a real coordinator, with moto S3."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+from lambda_support import (
+    BUCKET,
+    FakeContext,
+    capture_logs,
+    emf_metrics,
+    json_lines,
+    load_worker_app,
+    metric_total,
+    moto_aws,
+    restoring_logging,
+)
+from s3queue.clock import FakeClock, SystemClock
+from s3queue.config import QueueSettings
+from s3queue.coordinator import Coordinator
+from s3queue.errors import S3QueueError
+from s3queue.model import Message
+from s3queue.producer import Queue
+from s3queue.storage.s3 import S3Storage
+from s3queue.worker import Worker
+
+# An invocation that processed no message publishes no metric: Powertools warns, rightly.
+pytestmark = pytest.mark.filterwarnings("ignore:No application metrics to publish")
+
+EMAILS = {"visibility_timeout": 30, "max_retries": 5, "batch_size": 20}
+
+
+class Crash(BaseException):
+    """Stops a worker dead inside its handler, as a killed process would."""
+
+
+@pytest.fixture(autouse=True)
+def _logging() -> Iterator[None]:
+    yield from restoring_logging()
+
+
+@pytest.fixture
+def aws(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    yield from moto_aws(monkeypatch)
+
+
+@pytest.fixture
+def worker_app(aws: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[ModuleType]:
+    monkeypatch.setenv("S3QUEUE_BUCKET", BUCKET)
+    monkeypatch.setenv("S3QUEUE_QUEUE", "send_email")
+    monkeypatch.setenv("S3QUEUE_SETTINGS", json.dumps(EMAILS))
+    monkeypatch.setenv("S3QUEUE_OUTBOX", str(tmp_path / "outbox"))
+    app = load_worker_app()
+    app.container.cache_clear()
+    app.metrics.clear_metrics()
+    yield app
+    app.container.cache_clear()
+    app.metrics.clear_metrics()
+
+
+class Setup:
+    """The producer and a coordinator of queue send_email on the moto bucket."""
+
+    def __init__(self, client: Any, clock: FakeClock | None = None) -> None:
+        self.storage = S3Storage(client, BUCKET)
+        self.settings = QueueSettings.from_mapping(EMAILS)
+        self.queue = Queue("send_email", storage=self.storage)
+        self.invocations: list[dict[str, Any]] = []
+        self.coordinator = Coordinator(
+            self.storage,
+            "send_email",
+            invoker=self.invocations.append,
+            settings=self.settings,
+            clock=clock,
+        )
+
+    def tickets(self) -> list[dict[str, Any]]:
+        """Dispatch, and return the payloads as Lambda would deliver them (through JSON)."""
+        self.coordinator.tick()
+        payloads = [json.loads(json.dumps(p)) for p in self.invocations]
+        self.invocations.clear()
+        return payloads
+
+    def keys(self, part: str) -> list[str]:
+        return [e.key for e in self.storage.list(f"s3queue/send_email/{part}").entries]
+
+
+def email(name: str, to: str | None = None) -> dict[str, str]:
+    return {"to": to or f"{name.lower()}@example.com", "template": "welcome", "name": name}
+
+
+def test_processes_a_ticket_and_publishes_metrics(
+    worker_app: ModuleType,
+    aws: Any,
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+) -> None:
+    setup = Setup(aws)
+    ada = setup.queue.enqueue(email("Ada"))
+    setup.queue.enqueue(email("Grace"))
+    bad = setup.queue.enqueue(email("Nobody", to="not-an-address"))
+    [payload] = setup.tickets()
+    logs = capture_logs(worker_app.logger)
+    result = worker_app.handler(payload, FakeContext())
+    assert result["queue"] == "send_email" and result["batchItemFailures"] == []
+    [ticket] = result["tickets"]
+    assert (ticket["status"], ticket["done"], ticket["dead"], ticket["retry"]) == (
+        "committed",
+        2,
+        1,
+        0,
+    )
+    assert setup.keys("msg/") == [] and setup.keys("tickets/") == []
+    [dead] = setup.queue.dead_letters()
+    assert dead["id"] == bad and dead["reason"].startswith("PermanentError: invalid e-mail")
+    assert (tmp_path / "outbox" / f"send_email_{ada}.eml").exists()
+    out = capsys.readouterr().out
+    metrics = emf_metrics(out)
+    assert metric_total(metrics, "Processed") == 2
+    assert metric_total(metrics, "DeadLettered") == 1 and metric_total(metrics, "Failed") == 1
+    assert metric_total(metrics, "Retried") == 0
+    durations = [m for m in metrics if m["name"] == "HandlerDuration"]
+    assert sum(len(m["values"]) for m in durations) == 3
+    assert all(m["unit"] == "Milliseconds" for m in durations)
+    assert {json.dumps(m["dimensions"], sort_keys=True) for m in metrics} == {
+        '{"queue": "send_email", "service": "s3queue"}'
+    }
+    assert {m["namespace"] for m in metrics} == {"S3Queue"}
+    # Log lines are JSON with the queue, ticket and message id as keys.
+    lines = json_lines(logs.getvalue())
+    [finish] = [
+        d for d in lines if d["message"].startswith("handler_finish") and "error" in d["message"]
+    ]
+    assert finish["queue"] == "send_email" and finish["message_id"] == bad
+    assert finish["ticket"] == payload["ticket"] and finish["function_name"] == "S3Queue-worker"
+    [summary] = [d for d in lines if d["message"] == "ticket committed"]
+    assert (summary["done"], summary["dead"]) == (2, 1)
+
+
+def test_a_batch_of_tickets_reports_partial_failures(
+    worker_app: ModuleType,
+    aws: Any,
+) -> None:
+    setup = Setup(aws)
+    setup.queue.enqueue(email("Ada"))
+    [good] = setup.tickets()
+    gone = {**good, "ticket": "s3queue/send_email/tickets/0000000099-0000000000", "doc": None}
+    broken = {**good, "ticket": "s3queue/send_email/tickets/0000000001-0000000007"}
+    broken["doc"] = {"queue": "send_email"}  # a ticket document nobody can decode
+    result = worker_app.handler({"tickets": [good, gone, broken]}, FakeContext())
+    statuses = [t["status"] for t in result["tickets"]]
+    assert statuses == ["committed", "gone", "error"]
+    assert "MalformedMessage" in result["tickets"][2]["error"]
+    assert result["batchItemFailures"] == [{"itemIdentifier": broken["ticket"]}]
+
+
+def test_an_invocation_where_every_ticket_fails_is_an_error(
+    worker_app: ModuleType,
+    aws: Any,
+) -> None:
+    payload = {
+        "queue": "send_email",
+        "ticket": "s3queue/send_email/tickets/0000000001-0000000000",
+        "etag": "abc",
+        "doc": {"not": "a ticket"},
+    }
+    with pytest.raises(S3QueueError, match="every ticket failed"):
+        worker_app.handler(payload, FakeContext())
+
+
+def test_short_remaining_time_releases_messages_untouched(
+    worker_app: ModuleType,
+    aws: Any,
+) -> None:
+    # GIVEN a ticket delivered to an invocation that has only 3 s left (the margin is 5 s)
+    clock = FakeClock(start_ms=_now_ms())
+    setup = Setup(aws, clock=clock)
+    for name in ("Ada", "Grace"):
+        setup.queue.enqueue(email(name))
+    clock.advance(1)
+    [payload] = setup.tickets()
+    result = worker_app.handler(payload, FakeContext(remaining=lambda: 3_000))
+    # THEN nothing ran, nothing counted an attempt, and the messages are still there
+    [ticket] = result["tickets"]
+    assert (ticket["status"], ticket["release"], ticket["done"]) == ("committed", 2, 0)
+    assert len(setup.keys("msg/")) == 2 and setup.keys("tickets/") == []
+    # WHEN the coordinator dispatches them again to an invocation with time to spare
+    clock.advance(61)
+    [again] = setup.tickets()
+    seen: list[Message] = []
+    worker_app.container().worker.process(again, seen.append, remaining_ms=lambda: 60_000)
+    assert [m.attempt for m in seen] == [1, 1]
+
+
+def test_a_redelivery_after_a_crash_is_counted(
+    worker_app: ModuleType,
+    aws: Any,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # GIVEN a worker that claimed the ticket and died inside the handler
+    clock = FakeClock(start_ms=_now_ms())
+    setup = Setup(aws, clock=clock)
+    setup.queue.enqueue(email("Ada"))
+    clock.advance(1)
+    [payload] = setup.tickets()
+    dying = Worker(setup.storage, "send_email", settings=setup.settings, clock=clock)
+
+    def crash(message: Message) -> None:
+        raise Crash
+
+    with pytest.raises(Crash):
+        dying.process(payload, crash)
+    # WHEN its lease expires and the coordinator reaps and redelivers the ticket
+    clock.advance(setup.settings.visibility_timeout + 10)
+    [redelivered] = setup.tickets()
+    assert redelivered["doc"]["refs"][0]["redel"] == 1
+    capsys.readouterr()
+    result = worker_app.handler(redelivered, FakeContext())
+    # THEN the Lambda handles it, and says it was a redelivery
+    assert result["tickets"][0]["done"] == 1
+    metrics = emf_metrics(capsys.readouterr().out)
+    assert metric_total(metrics, "Redelivered") == 1 and metric_total(metrics, "Processed") == 1
+
+
+def test_config_comes_from_the_environment_once(
+    worker_app: ModuleType,
+    monkeypatch: pytest.MonkeyPatch,
+    aws: Any,
+) -> None:
+    first = worker_app.container()
+    monkeypatch.setenv("S3QUEUE_QUEUE", "generate_report")
+    assert worker_app.container() is first  # once per container, not per invocation
+    assert first.worker.settings == QueueSettings.from_mapping(EMAILS)
+    worker_app.container.cache_clear()
+    monkeypatch.delenv("S3QUEUE_QUEUE")
+    with pytest.raises(S3QueueError, match="S3QUEUE_QUEUE"):
+        worker_app.container()
+
+
+def _now_ms() -> int:
+    """Fake clocks start at the real time: moto stamps objects with it."""
+    return SystemClock().now_ms()
