@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import textwrap
 import threading
+import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -118,6 +119,41 @@ def test_bad_handlers_are_config_errors(tmp_path: Path) -> None:
         load_handlers({"jobs": print}, {"no_such_setting": 1})
     with pytest.raises(ConfigError, match="no handlers"):
         load_handlers({})
+
+
+class ListWatch(MemoryStorage):
+    """MemoryStorage that signals once it has answered `count` LISTs."""
+
+    def __init__(self, count: int) -> None:
+        super().__init__()
+        self.count, self.reached = count, threading.Event()
+
+    def list(self, prefix: str, *, start_after: str | None = None, limit: int = 1000) -> Any:
+        self.count -= 1
+        if self.count <= 0:
+            self.reached.set()
+        return super().list(prefix, start_after=start_after, limit=limit)
+
+
+def test_work_enqueued_while_idle_starts_within_a_second() -> None:
+    # GIVEN a runtime on an empty queue, idle long enough for its probes to back off fully
+    storage = ListWatch(count=6)
+    handled, stop = threading.Event(), threading.Event()
+    runner = threading.Thread(
+        target=lambda: run_local({"jobs": lambda m: handled.set()}, storage=storage, stop=stop)
+    )
+    runner.start()
+    try:
+        assert storage.reached.wait(10)
+        # WHEN a message arrives
+        started = time.monotonic()
+        Queue("jobs", storage=storage).enqueue("late")
+        # THEN it is handled within about one idle interval (0.5 s locally)
+        assert handled.wait(5)
+        assert time.monotonic() - started < 1.0
+    finally:
+        stop.set()
+        runner.join()
 
 
 def test_stop_and_timeout_end_a_run_without_drain() -> None:

@@ -185,6 +185,39 @@ def test_new_work_during_the_run_is_picked_up_quickly() -> None:
     assert started["done"] - started["late"] <= 2000
 
 
+def test_without_linger_idle_queues_are_probed_until_stopped() -> None:
+    # GIVEN the local runtime's settings: never end by itself
+    system = System("emails")
+    stop = threading.Event()
+    probes: list[int] = []
+    settings = ServeSettings(linger=None, idle_interval=0.1, max_idle_interval=0.5)
+
+    def on_tick(queue: str, result: Any) -> None:
+        system.work()
+        stop.set()
+
+    class Watch(FakeClock):
+        def sleep(self, seconds: float) -> None:
+            probes.append(system.storage.calls["list"])
+            if len(probes) == 10:
+                system.queues["emails"].enqueue("late")
+            system.clock.advance(seconds)
+
+    watch = Watch()
+    watch.now_ms = system.clock.now_ms  # type: ignore[method-assign]
+    result = serve(
+        system.coordinators(),
+        remaining_ms=lambda: 10**12,
+        clock=watch,
+        settings=settings,
+        stop=stop,
+        on_tick=on_tick,
+    )
+    # THEN it kept probing (one LIST each), and served the message once it came
+    assert probes[:10] == list(range(1, 11))
+    assert result.reason == "stopped" and system.handled == ["late"]
+
+
 def test_stops_when_remaining_time_runs_short() -> None:
     # GIVEN workers that never finish: tickets stay live, the queue stays busy
     system = System("emails")

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import functools
 import importlib
-import threading
 import warnings
 from dataclasses import dataclass
 from typing import Any
@@ -20,10 +19,11 @@ from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 from s3queue import metric_names
-from s3queue.config import Environment
+from s3queue.config import ConfigError, Environment
 from s3queue.errors import S3QueueError
 from s3queue.events import Event
 from s3queue.storage.s3 import S3Storage, make_client
+from s3queue.tally import METRICS, Tally
 from s3queue.worker import Handler, Worker, WorkResult
 
 # An invocation whose tickets were all gone or busy has no metrics: that is normal.
@@ -33,49 +33,23 @@ logger = Logger(service=metric_names.SERVICE)
 metrics = Metrics(namespace=metric_names.NAMESPACE, service=metric_names.SERVICE)
 tracer = Tracer(service=metric_names.SERVICE)
 
-COUNTERS = {
-    "done": (metric_names.PROCESSED,),
-    "retry": (metric_names.FAILED, metric_names.RETRIED),
-    "dead": (metric_names.DEAD_LETTERED,),
-}
 FAILED_STATUSES = frozenset({"lost"})
 """Tickets this invocation could not finish; the others were done or were not its to do."""
 
 
-class MetricsListener:
-    """Turns worker events into metrics; knows the payload being worked.
+class MetricsListener(Tally):
+    """Worker events as metrics: the counters of `Tally`, and each handler call's duration.
 
     The events are logged by the core already (through the ``s3queue`` logger, which is this
     function's Powertools logger), with the queue, ticket and message ids as keys.
     """
 
-    def __init__(self) -> None:
-        self._local = threading.local()
-
-    def begin(self, payload: dict[str, Any]) -> None:
-        refs = (payload.get("doc") or {}).get("refs", [])
-        self._local.redelivered = {r["key"] for r in refs if r.get("redel")}
-
     def __call__(self, event: Event) -> None:
-        fields = event.fields
-        if event.kind == "handler_start":
-            if fields.get("ref") in getattr(self._local, "redelivered", ()):
-                metrics.add_metric(metric_names.REDELIVERED, MetricUnit.Count, 1)
-        elif event.kind == "handler_finish":
-            self._finished(fields)
-
-    @staticmethod
-    def _finished(fields: dict[str, Any]) -> None:
-        outcome, ran = fields.get("outcome"), "duration_ms" in fields
-        names = COUNTERS.get(str(outcome), ())
-        if outcome == "dead" and ran and fields.get("error"):
-            names = (metric_names.FAILED, *names)
-        for name in names:
-            metrics.add_metric(name, MetricUnit.Count, 1)
-        if ran:
-            metrics.add_metric(
-                metric_names.HANDLER_DURATION, MetricUnit.Milliseconds, fields["duration_ms"]
-            )
+        for counter in self.classify(event):
+            metrics.add_metric(METRICS[counter], MetricUnit.Count, 1)
+        duration = event.fields.get("duration_ms") if event.kind == "handler_finish" else None
+        if duration is not None:
+            metrics.add_metric(metric_names.HANDLER_DURATION, MetricUnit.Milliseconds, duration)
 
 
 @dataclass(frozen=True)
@@ -92,10 +66,10 @@ class Container:
 def container() -> Container:
     env = Environment.from_env()
     if env.queue is None:
-        raise S3QueueError("S3QUEUE_QUEUE is not set: the worker does not know its queue")
+        raise ConfigError("S3QUEUE_QUEUE is not set: the worker does not know its queue")
     storage = S3Storage(make_client(env.endpoint_url), env.bucket)
     module = importlib.import_module(f"handlers.{env.queue}")
-    listener = MetricsListener()
+    listener = MetricsListener([env.queue])
     worker = Worker(
         storage,
         env.queue,

@@ -26,6 +26,7 @@ from s3queue.keys import QueueKeys
 from s3queue.loader import Handlers, LocalQueue, load_handlers
 from s3queue.service import ServeResult, ServeSettings, serve
 from s3queue.storage.base import Storage
+from s3queue.tally import QueueTally, Tally
 from s3queue.worker import Worker
 
 log = logging.getLogger(__name__)
@@ -36,52 +37,6 @@ LOCAL_SERVE = ServeSettings(
 """Local requests cost nothing: poll often (latency under a second), never end by itself."""
 Progress = Callable[[dict[str, dict[str, int]]], None]
 """Receives ``{queue: {pending, delayed, in_flight, processed, retried, dead_lettered, dlq}}``."""
-
-
-@dataclass
-class QueueTally:
-    """What the workers of one runtime did on one queue."""
-
-    processed: int = 0
-    failed: int = 0
-    """Handler runs that raised."""
-    retried: int = 0
-    dead_lettered: int = 0
-    redelivered: int = 0
-    """Deliveries after a lease expired."""
-
-
-class Tally:
-    """Counts outcomes per queue from worker events; thread-safe.
-
-    A worker thread calls `begin` with its payload first: a message counts as redelivered when
-    its ticket ref says the lease on it expired before (``redel`` > 0).
-    """
-
-    def __init__(self, queue_names: list[str]) -> None:
-        self.queues = {name: QueueTally() for name in queue_names}
-        self._lock = threading.Lock()
-        self._local = threading.local()
-
-    def begin(self, payload: Mapping[str, Any]) -> None:
-        refs = (payload.get("doc") or {}).get("refs", [])
-        self._local.redelivered = {r["key"] for r in refs if r.get("redel")}
-
-    def __call__(self, event: Event) -> None:
-        tally = self.queues.get(event.queue)
-        if tally is None:
-            return
-        if event.kind == "handler_start":
-            if event.fields.get("ref") in getattr(self._local, "redelivered", ()):
-                with self._lock:
-                    tally.redelivered += 1
-        elif event.kind == "handler_finish":
-            outcome, ran = event.fields.get("outcome"), "duration_ms" in event.fields
-            with self._lock:
-                tally.processed += outcome == "done"
-                tally.retried += outcome == "retry"
-                tally.dead_lettered += outcome == "dead"
-                tally.failed += ran and outcome in ("retry", "dead")
 
 
 @dataclass

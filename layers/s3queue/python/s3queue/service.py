@@ -274,8 +274,8 @@ def serve(
             run.step_due()
             if first and run.last_error is not None and run.result.errors == len(run.slots):
                 raise run.last_error  # no queue answered at all: fail loudly (alarms see it)
-            if (first and run.all_probing()) or (
-                s.linger is not None and run.quiet_for_ms() >= _ms(s.linger)
+            if s.linger is not None and (
+                (first and run.all_probing()) or run.quiet_for_ms() >= _ms(s.linger)
             ):
                 run.result.reason = "idle"
                 break
