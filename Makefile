@@ -31,6 +31,10 @@ format: install
 	$(VENV)/bin/ruff format .
 	$(VENV)/bin/ruff check --fix .
 
+## make demo: the example queues end to end on an embedded S3 server (no AWS account needed)
+demo: install
+	$(VENV)/bin/s3queue demo
+
 clean:
 	rm -rf $(VENV) cdk.out .mypy_cache .ruff_cache .pytest_cache
 

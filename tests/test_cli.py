@@ -1,0 +1,224 @@
+"""The ``s3queue`` command line: every command, and a clear one-line error for each failure."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from s3queue import PermanentError, Queue, run_local
+from s3queue.cli import main, parse_body
+from s3queue.console import ProgressLine, UsageError
+from s3queue.embedded import EmbeddedS3
+from s3queue.storage.s3 import S3Storage
+
+REPO = Path(__file__).resolve().parents[1]
+HANDLERS = str(REPO / "functions" / "handlers")
+
+
+@pytest.fixture
+def credentials(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Any key pair: the embedded server accepts all; boto3 needs one to sign."""
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "s3queue")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "s3queue-secret")
+    for name in ("S3QUEUE_BUCKET", "S3QUEUE_ENDPOINT_URL", "S3QUEUE_PREFIX", "AWS_PROFILE"):
+        monkeypatch.delenv(name, raising=False)
+
+
+class Cli:
+    """Runs `main` against one bucket of the session's SeaweedFS."""
+
+    def __init__(self, endpoint: str, bucket: str, capsys: pytest.CaptureFixture[str]) -> None:
+        self.base = ["--endpoint-url", endpoint, "--bucket", bucket]
+        self.capsys = capsys
+
+    def __call__(self, *args: str) -> tuple[int, str, str]:
+        self.capsys.readouterr()
+        code = main([*self.base, *args])
+        out, err = self.capsys.readouterr()
+        return code, out, err
+
+    def ok(self, *args: str) -> str:
+        code, out, err = self(*args)
+        assert code == 0, err
+        return out
+
+
+@pytest.fixture
+def cli(seaweed: EmbeddedS3, bucket: str, capsys: Any, credentials: None) -> Cli:
+    return Cli(seaweed.endpoint_url, bucket, capsys)
+
+
+def test_body_is_json_when_it_parses_else_text(tmp_path: Path) -> None:
+    assert parse_body('{"a": [1, 2]}') == {"a": [1, 2]}
+    assert parse_body("42") == 42
+    assert parse_body("hello world") == "hello world"
+    (tmp_path / "body.json").write_text('{"to": "ada@example.com"}')
+    assert parse_body(f"@{tmp_path / 'body.json'}") == {"to": "ada@example.com"}
+    (tmp_path / "blob.bin").write_bytes(b"\xff\x00raw")
+    assert parse_body(f"@{tmp_path / 'blob.bin'}") == b"\xff\x00raw"
+    with pytest.raises(UsageError, match="cannot read body file"):
+        parse_body(f"@{tmp_path / 'missing.json'}")
+    with pytest.raises(UsageError, match="not valid JSON"):
+        parse_body("{not json", require_json=True)
+
+
+def test_progress_redraws_one_line_on_a_terminal() -> None:
+    class Tty(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    stream = Tty()
+    line = ProgressLine(stream)
+    state = {"pending": 2, "delayed": 1, "in_flight": 3, "processed": 4, "dlq": 0}
+    line.update({"emails": {**state, "retried": 0, "dead_lettered": 0}})
+    line.update({"emails": {**state, "processed": 5, "retried": 0, "dead_lettered": 0}})
+    line.close()
+    text = stream.getvalue()
+    assert text.count("\r") == 2 and text.count("\x1b[K") == 2 and text.endswith("\n")
+    assert "emails: 2 pending (+1 delayed), 3 in flight, 5 done, 0 DLQ" in text
+    plain = io.StringIO()
+    line = ProgressLine(plain, interval=60)
+    line.update({"emails": {**state, "retried": 0, "dead_lettered": 0}})
+    line.update({"emails": {**state, "processed": 9, "retried": 0, "dead_lettered": 0}})
+    line.close()
+    lines = plain.getvalue().splitlines()
+    assert len(lines) == 2 and "4 done" in lines[0] and "9 done" in lines[1]  # first and last
+
+
+@pytest.mark.s3
+def test_enqueue_stats_and_every_body_form(cli: Cli, tmp_path: Path) -> None:
+    message_id = cli.ok("enqueue", "send_email", '{"to": "ada@example.com"}').strip()
+    assert len(message_id) == 26
+    cli.ok("enqueue", "send_email", "just text", "--delay", "600")
+    (tmp_path / "body.json").write_text('{"to": "grace@example.com"}')
+    cli.ok("enqueue", "send_email", f"@{tmp_path / 'body.json'}", "--id", "order-1")
+    cli.ok("enqueue", "send_email", f"@{tmp_path / 'body.json'}", "--id", "order-1")
+    cli.ok("enqueue", "generate_report", '{"values": [1]}', "--group", "acme")
+    stats = json.loads(cli.ok("stats", "send_email", "--json"))
+    assert (stats["pending"], stats["delayed"]) == (2, 1)
+    table = cli.ok("stats")
+    assert table.splitlines()[0].split() == [
+        "queue",
+        "pending",
+        "delayed",
+        "in_flight",
+        "dead",
+        "tickets",
+        "oldest_age_s",
+    ]
+    assert [row.split()[0] for row in table.splitlines()[1:]] == ["generate_report", "send_email"]
+
+
+@pytest.mark.s3
+def test_bad_input_is_one_line_and_exit_code_2(cli: Cli, tmp_path: Path) -> None:
+    cases = [
+        (("enqueue", "no_such_queue", "{}"), "unknown queue 'no_such_queue'"),
+        (("enqueue", "send_email", "@/no/such/file.json"), "cannot read body file"),
+        (("enqueue", "send_email", "{oops", "--json"), "body is not valid JSON"),
+        (("enqueue", "Bad Name", "{}"), "invalid queue name"),
+        (("stats", "no_such_queue"), "unknown queue 'no_such_queue'"),
+        (("dlq", "list", "no_such_queue"), "unknown queue"),
+        (("purge", "no_such_queue"), "has no objects"),
+        (("delete", "no_such_queue"), "has no objects"),
+        (("dev", "--set", "backoff_base"), "expected KEY=NUMBER"),
+        (("dev", "--handlers", str(tmp_path / "none")), "does not exist"),
+    ]
+    for args, message in cases:
+        code, out, err = cli(*args)
+        assert code == 2, (args, err)
+        assert err.startswith("s3queue: error: ") and message in err, (args, err)
+        assert err.count("\n") == 1 and out == ""
+
+
+@pytest.mark.s3
+def test_s3_trouble_is_one_line_and_exit_code_1(
+    seaweed: EmbeddedS3, capsys: Any, credentials: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    missing = Cli(seaweed.endpoint_url, "no-such-bucket-anywhere", capsys)
+    code, _, err = missing("stats")
+    assert code == 1 and "bucket 'no-such-bucket-anywhere' does not exist" in err
+    # An endpoint where nothing listens: a free port, closed.
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    started = time.monotonic()
+    code, _, err = Cli(f"http://127.0.0.1:{port}", "b", capsys)("enqueue", "send_email", "{}")
+    assert code == 1 and "no S3 server answered" in err and err.count("\n") == 1
+    assert time.monotonic() - started < 10
+    # No credentials anywhere: environment, files, instance metadata.
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent/credentials")
+    monkeypatch.setenv("AWS_CONFIG_FILE", "/nonexistent/config")
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    code, _, err = Cli(seaweed.endpoint_url, "b", capsys)("stats")
+    assert code == 1 and "no usable AWS credentials" in err and err.count("\n") == 1
+    code, _, err = Cli(seaweed.endpoint_url, "", capsys)("stats")
+    assert code == 2 and "no bucket" in err
+
+
+@pytest.mark.s3
+def test_dlq_list_redrive_purge_delete(cli: Cli, seaweed: EmbeddedS3, bucket: str) -> None:
+    # GIVEN a queue with one dead letter and one pending message
+    client = seaweed.make_client()
+    jobs = Queue("jobs", storage=S3Storage(client, bucket))
+    jobs.enqueue({"n": 1})
+
+    def refuse(message: Any) -> None:
+        raise PermanentError("refused by the test")
+
+    assert run_local({"jobs": refuse}, bucket=bucket, s3=client, drain=True, timeout=30).drained
+    jobs.enqueue({"n": 2})
+    listed = cli.ok("dlq", "list", "jobs")
+    assert "PermanentError: refused by the test" in listed and "1 dead letters" in listed
+    [entry] = json.loads(cli.ok("dlq", "list", "jobs", "--json"))
+    assert entry["attempts"] == 1 and entry["body"] == {"n": 1}
+    assert cli.ok("dlq", "redrive", "jobs").strip() == "redrove 1 messages of jobs"
+    assert json.loads(cli.ok("stats", "jobs", "--json"))["pending"] == 2
+    assert "purged" in cli.ok("purge", "jobs", "--include-dlq")
+    assert json.loads(cli.ok("stats", "jobs", "--json"))["pending"] == 0
+    assert "deleted queue jobs" in cli.ok("delete", "jobs")
+    assert cli("stats", "jobs")[0] == 2
+
+
+@pytest.mark.s3
+def test_dev_drain_runs_the_handler_folder(cli: Cli, tmp_path: Path) -> None:
+    folder = tmp_path / "handlers"
+    folder.mkdir()
+    (folder / "jobs.py").write_text(
+        "def handle(message):\n    if message.body == 'bad':\n        raise ValueError('bad')\n"
+    )
+    for body in ("a", "b", "bad"):
+        cli.ok("enqueue", "jobs", body, "--handlers", str(folder))
+    code, out, err = cli(
+        "dev", "--handlers", str(folder), "--drain", "--set", "backoff_base=0.01", "--workers", "2"
+    )
+    assert code == 0, err
+    assert "drained after" in out
+    [row] = [line.split() for line in out.splitlines() if line.startswith("jobs")]
+    assert row[1:] == ["2", "6", "5", "1", "0", "1"]  # processed failed retried dead redel dlq
+    assert "jobs: 0 pending, 0 in flight, 2 done, 1 DLQ" in err  # the last progress line
+    assert "DLQ jobs/" in out and "ValueError: bad" in out
+
+
+@pytest.mark.s3
+def test_demo_runs_end_to_end(tmp_path: Path) -> None:
+    # The whole demo as `make demo` runs it, in a fresh folder, with its own embedded S3.
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "S3QUEUE_"))}
+    command = [sys.executable, "-m", "s3queue.cli", "demo", "--handlers", HANDLERS]
+    done = subprocess.run(
+        command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120, check=False
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    out = done.stdout
+    assert "drained after" in out and "DLQ generate_report/" in out
+    assert "ValueError: nothing to aggregate" in out and "4 attempts" in out
+    assert len(list((tmp_path / ".s3queue-dev" / "outbox").glob("*.eml"))) == 4
