@@ -21,10 +21,11 @@ from s3queue import admin
 from s3queue.clock import SystemClock
 from s3queue.config import DEFAULT_PREFIX, CoordinatorSettings
 from s3queue.coordinator import Coordinator
+from s3queue.errors import StorageError
 from s3queue.events import Event, Listener
 from s3queue.keys import QueueKeys
 from s3queue.loader import Handlers, LocalQueue, load_handlers
-from s3queue.service import ServeResult, ServeSettings, serve
+from s3queue.service import FATAL, ServeResult, ServeSettings, serve
 from s3queue.storage.base import Storage
 from s3queue.tally import QueueTally, Tally
 from s3queue.worker import Worker
@@ -298,7 +299,13 @@ def _monitor(
         report = progress is not None and now - reported >= interval
         if not (report or (drain and runtime.pool.idle())):
             continue
-        stats = runtime.stats()
+        try:
+            stats = runtime.stats()
+        except FATAL:
+            raise
+        except StorageError as exc:  # S3 trouble: the workers retry on their own; so do we
+            log.warning("stats failed: %s", exc)
+            continue
         if report and progress is not None:
             progress(runtime.snapshot(stats))
             reported = now
