@@ -24,8 +24,9 @@ SINGLE = {"PUT": 131, "GET": 111, "LIST": 6, "DELETE": 20, "HEAD": 0}
 PACKED = {"PUT": 5, "GET": 3, "LIST": 6, "DELETE": 2, "HEAD": 0}
 
 
-def drain_costs(storage: Storage, counts: Callable[[], dict[str, int]],
-                enqueue: Callable[[Harness], None]) -> dict[str, int]:
+def drain_costs(
+    storage: Storage, counts: Callable[[], dict[str, int]], enqueue: Callable[[Harness], None]
+) -> dict[str, int]:
     clock = FakeClock(start_ms=time.time_ns() // 1_000_000)
     h = Harness(storage=storage, clock=clock, settings=QueueSettings(batch_size=10))
     enqueue(h)
