@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import unique_bucket
 from s3queue import PermanentError, Queue, run_local
 from s3queue.config import ConfigError, QueueSettings
 from s3queue.embedded import EmbeddedS3
@@ -205,11 +204,9 @@ def test_example_handlers_end_to_end_on_seaweedfs(
 
 @pytest.mark.s3
 def test_three_runtimes_on_one_bucket_handle_each_message_once(
-    seaweed: EmbeddedS3, shared_s3_client: Any
+    seaweed: EmbeddedS3, shared_s3_client: Any, bucket: str
 ) -> None:
     # GIVEN a backlog on two queues, with one poison message
-    bucket = unique_bucket()
-    seaweed.create_bucket(bucket)
     storage = S3Storage(shared_s3_client, bucket)
     expected: dict[tuple[str, str], int] = {}
     for name in ("alpha", "beta"):
