@@ -218,6 +218,25 @@ def test_without_linger_idle_queues_are_probed_until_stopped() -> None:
     assert result.reason == "stopped" and system.handled == ["late"]
 
 
+def test_a_long_idle_queue_hands_its_lease_back_and_only_probes() -> None:
+    system = System("emails")
+    system.queues["emails"].enqueue("x")
+    settings = ServeSettings(linger=None, release_after=5.0, reserve=0.0)
+    result = serve(
+        system.coordinators(),
+        remaining_ms=system.deadline(30),
+        clock=system.clock,
+        settings=settings,
+        on_tick=lambda q, r: system.work(),
+    )
+    assert result.reason == "time" and system.handled == ["x"]
+    released = [e.at_ms for e in system.kinds("release") if "epoch" in e.fields]
+    assert released and released[0] - 1_700_000_000_000 < 10_000  # long before the end
+    # After the handover every round is one probe LIST of the queue root, nothing else.
+    tail = system.storage.listed[-5:]
+    assert tail == ["s3queue/emails/"] * 5
+
+
 def test_stops_when_remaining_time_runs_short() -> None:
     # GIVEN workers that never finish: tickets stay live, the queue stays busy
     system = System("emails")

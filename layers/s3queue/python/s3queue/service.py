@@ -206,33 +206,35 @@ class _Run:
         if self.gauges is not None:
             self.gauges.observe(slot.coordinator, result)
         if not result.idle:
-            slot.due_ms, slot.backoff, slot.quiet_since_ms = (
-                now + _ms(self.settings.busy_interval),
-                0.0,
-                None,
-            )
-            return
-        self._quiet(slot, now)
-        assert slot.quiet_since_ms is not None
-        if now - slot.quiet_since_ms >= _ms(self.settings.release_after):
-            slot.coordinator.release()
+            self._busy(slot, now)
+        elif now - self._quiet(slot, now) >= _ms(self.settings.release_after):
+            slot.coordinator.release()  # a long-idle queue costs one LIST per probe, not a tick
             slot.mode = "probe"
 
-    def _quiet(self, slot: _Slot, now: int) -> None:
-        """Nothing to do on this queue: wait longer each time, up to the idle ceiling."""
+    def _busy(self, slot: _Slot, now: int) -> None:
+        slot.due_ms = now + _ms(self.settings.busy_interval)
+        slot.backoff, slot.quiet_since_ms = 0.0, None
+
+    def _quiet(self, slot: _Slot, now: int) -> int:
+        """Nothing to do on this queue: wait longer each time, up to the idle ceiling.
+
+        Returns since when the queue has been quiet.
+        """
         s = self.settings
         slot.backoff = min(s.max_idle_interval, slot.backoff * 2 or s.idle_interval)
         slot.due_ms = now + _ms(slot.backoff)
         slot.quiet_since_ms = slot.quiet_since_ms or now
+        return slot.quiet_since_ms
 
     def all_probing(self) -> bool:
         return all(slot.mode == "probe" for slot in self.slots)
 
     def quiet_for_ms(self) -> int:
         """How long every queue has been quiet (0 if one is busy)."""
-        now = self.clock.now_ms()
-        since = [slot.quiet_since_ms for slot in self.slots]
-        return 0 if any(s is None for s in since) else now - max(s for s in since if s is not None)
+        since = [s.quiet_since_ms for s in self.slots if s.quiet_since_ms is not None]
+        if len(since) < len(self.slots):
+            return 0
+        return self.clock.now_ms() - max(since)
 
     def next_due_ms(self) -> int:
         return min(slot.due_ms for slot in self.slots)
