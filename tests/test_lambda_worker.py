@@ -139,7 +139,7 @@ def test_processes_a_ticket_and_publishes_metrics(
     assert finish["queue"] == "send_email" and finish["message_id"] == bad
     assert finish["ticket"] == payload["ticket"] and finish["function_name"] == "S3Queue-worker"
     [summary] = [d for d in lines if d["message"] == "ticket committed"]
-    assert (summary["done"], summary["dead"]) == (2, 1)
+    assert (summary["done"], summary["dead"], summary["ticket"]) == (2, 1, payload["ticket"])
 
 
 def test_a_batch_of_tickets_reports_partial_failures(

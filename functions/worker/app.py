@@ -107,7 +107,7 @@ def work(app: Container, payload: dict[str, Any], context: LambdaContext) -> dic
     finally:
         logger.remove_keys(["ticket"])
     counts = {kind: result.count(kind) for kind in ("done", "retry", "dead", "release")}
-    logger.info("ticket %s", result.status, status=result.status, **counts)
+    logger.info("ticket %s", result.status, ticket=ticket, status=result.status, **counts)
     return {"ticket": ticket, "status": result.status, **counts}
 
 
@@ -119,10 +119,11 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     app = container()
     logger.append_keys(queue=app.queue)
     results = [work(app, payload, context) for payload in payloads(event)]
-    failures = [r for r in results if r["status"] == "error" or r["status"] in FAILED_STATUSES]
-    if results and len(failures) == len(results) and all(r["status"] == "error" for r in results):
+    errors = [r for r in results if r["status"] == "error"]
+    if results and len(errors) == len(results):
         # Nothing worked because S3 failed: an error the function's alarm should see.
-        raise S3QueueError(f"every ticket failed: {failures[0]['error']}")
+        raise S3QueueError(f"every ticket failed: {errors[0]['error']}")
+    failures = [r for r in results if r["status"] in FAILED_STATUSES or r in errors]
     return {
         "queue": app.queue,
         "tickets": results,
