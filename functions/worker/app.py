@@ -107,7 +107,7 @@ def work(app: Container, payload: dict[str, Any], context: LambdaContext) -> dic
     finally:
         logger.remove_keys(["ticket"])
     counts = {kind: result.count(kind) for kind in ("done", "retry", "dead", "release")}
-    logger.info("ticket %s", result.status, ticket=ticket, status=result.status, **counts)
+    logger.info("ticket %s", result.status, extra={"ticket": ticket, **counts})
     return {"ticket": ticket, "status": result.status, **counts}
 
 
