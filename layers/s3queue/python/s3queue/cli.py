@@ -24,7 +24,7 @@ from s3queue import admin
 from s3queue.config import DEFAULT_PREFIX, ENV_BUCKET, ENV_ENDPOINT_URL, ENV_PREFIX, ConfigError
 from s3queue.console import Connection, ProgressLine, UsageError, print_summary, print_table
 from s3queue.discovery import discover_handlers
-from s3queue.errors import MalformedMessage, QueueNotFound, StorageError
+from s3queue.errors import MalformedMessage, QueueNotFound, S3QueueError
 from s3queue.keys import InvalidName, QueueKeys, check_queue_name
 from s3queue.producer import Queue
 
@@ -47,16 +47,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         command: Command = args.command
         return command(args)
     except (UsageError, QueueNotFound, MalformedMessage, InvalidName, ConfigError) as exc:
-        return _fail(exc, 2)
-    except StorageError as exc:
-        return _fail(exc, 1)
+        return _fail(exc, 2, args.verbose)
+    except S3QueueError as exc:  # StorageError and its kinds, mostly
+        return _fail(exc, 1, args.verbose)
     except KeyboardInterrupt:
         print("s3queue: interrupted", file=sys.stderr)
         return 130
 
 
-def _fail(exc: Exception, code: int) -> int:
-    print(f"s3queue: error: {exc}", file=sys.stderr)
+def _fail(exc: Exception, code: int, verbose: bool) -> int:
+    """One line on stderr; details (a server's log tail) only with --verbose."""
+    first, *rest = str(exc).splitlines() or [type(exc).__name__]
+    more = " (more with --verbose)" if rest and not verbose else ""
+    print(f"s3queue: error: {first}{more}", file=sys.stderr)
+    if rest and verbose:
+        print("\n".join(rest), file=sys.stderr)
     return code
 
 
