@@ -145,3 +145,13 @@ def test_inbox_and_library_messages_share_capacity_without_losing_either() -> No
     assert sorted(map(str, handler.bodies())) == sorted(
         ["0", "1", "2"] + ["{'from': 'elsewhere'}"] * 3
     )
+
+
+def test_idle_probe_with_a_page_of_delayed_messages() -> None:
+    h = Harness()
+    h.queue.enqueue_many([])
+    for i in range(1001):
+        h.queue.enqueue(i, delay=3600)
+    assert h.coordinator.probe() is False  # two LISTs: the page, then tickets/
+    h.queue.enqueue("now", delay=0)
+    assert h.coordinator.probe() is True

@@ -129,7 +129,8 @@ class Coordinator:
         return self._dispatch(reaped)
 
     def probe(self) -> bool:
-        """One LIST: is there anything at all to do (inbox, ready messages, live tickets)?
+        """Is there anything to do (inbox, ready messages, live tickets)? One LIST, or two when
+        a full page of delayed messages hides whether tickets follow.
 
         What an idle queue costs per scheduled run. Delayed messages alone are not work.
         """
@@ -139,12 +140,14 @@ class Coordinator:
             name = entry.key[len(self.keys.root) :]
             if name.startswith(("inbox/", "tickets/")):
                 return True
-            if not name.startswith("msg/"):
-                continue
-            parsed = parse_msg_name(name[4:])
-            if parsed is None or parsed.ready_ms <= now:
+            parsed = parse_msg_name(name[4:]) if name.startswith("msg/") else None
+            if name.startswith("msg/") and (parsed is None or parsed.ready_ms <= now):
                 return True
-        return page.truncated
+        if not page.truncated:
+            return False
+        # Keys sort by visible time, so every msg/ key after a page of future ones is future
+        # too: only tickets could still be work.
+        return bool(self.storage.list(self.keys.tickets, limit=1).entries)
 
     def release(self) -> None:
         """Give up the lease now (end of a Lambda invocation) so the next run takes over at once."""
