@@ -1,0 +1,232 @@
+"""The processes of a chaos run, as bodies a runner (`Sim` or `Cluster`) runs as actors.
+
+- a *coordinator schedule*: one coordinator "Lambda run" after another (`serve` for `run_s`
+  seconds, then a short gap), as EventBridge starts them; a crash ends a run early and the
+  next run is a new process (new owner, empty memory);
+- a *worker*: takes invocations one at a time and calls `Worker.process`, with a Lambda-like
+  remaining time; a crash (or the Lambda timeout) kills the process, the next is a new one;
+- the *producer*: enqueues the workload in small batches, spread over time.
+
+Lambda's asynchronous invoke is at-least-once and may be lost: `Invocations` duplicates and
+drops payloads at the configured rates.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from s3queue.clock import Clock
+from s3queue.config import CoordinatorSettings, QueueSettings
+from s3queue.coordinator import Coordinator
+from s3queue.errors import S3QueueError
+from s3queue.producer import Queue
+from s3queue.service import ServeSettings, serve
+from s3queue.storage.base import Storage
+from s3queue.worker import Worker
+
+from chaos import workload
+from chaos.history import History
+from chaos.process import Crash, Hazards, ProcessStorage, SkewedClock
+
+QUEUE = "chaos"
+NO_HAZARDS = Hazards()
+
+
+class Actor(Protocol):
+    name: str
+
+    @property
+    def rng(self) -> Any: ...
+
+    def now_ms(self) -> int: ...
+
+    def step(self) -> None: ...
+
+    def sleep(self, seconds: float) -> None: ...
+
+    def wait(self, seconds: float = ...) -> None: ...
+
+    def notify(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class Role:
+    """How one actor behaves: its clock offset and hazards."""
+
+    name: str
+    offset_ms: int = 0
+    hazards: Hazards = NO_HAZARDS
+
+
+class Invocations:
+    """The worker invocations in flight: Lambda's async invoke, duplicating and losing some."""
+
+    def __init__(self, history: History, duplicate: float = 0.0, lose: float = 0.0) -> None:
+        self.history, self.duplicate, self.lose = history, duplicate, lose
+        self.items: list[dict[str, Any]] = []
+        self.waiting: list[Actor] = []
+        self._lock = threading.Lock()
+
+    def invoker(self, actor: Actor) -> Callable[[dict[str, Any]], None]:
+        def invoke(payload: dict[str, Any]) -> None:
+            draw = actor.rng.random()
+            if draw < self.lose:
+                self.history.record("invoke_lost", actor.name, ticket=payload["ticket"])
+                return
+            copies = 2 if draw < self.lose + self.duplicate else 1
+            with self._lock:
+                self.items.extend([payload] * copies)
+                waiting, self.waiting = self.waiting, []
+            for other in waiting:
+                other.notify()
+
+        return invoke
+
+    def take(self, actor: Actor) -> dict[str, Any]:
+        while True:
+            with self._lock:
+                if self.items:
+                    return self.items.pop(actor.rng.randrange(len(self.items)))
+                self.waiting.append(actor)
+            actor.wait()
+
+
+@dataclass
+class World:
+    """What every actor of one run shares."""
+
+    history: History
+    clock: Clock
+    """The reference clock; each actor sees it through its own offset."""
+    storage_for: Callable[[str, Actor], Storage]
+    """The storage (with network faults) of one actor."""
+    settings: QueueSettings
+    coordination: CoordinatorSettings
+    serving: ServeSettings
+    invocations: Invocations
+    run_s: float = 60.0
+    restart_s: float = 1.0
+    heartbeat_thread: bool = False
+
+    def process(self, actor: Actor, role: Role, owner: str) -> tuple[ProcessStorage, SkewedClock]:
+        """The storage and clock of one new process of `actor`."""
+        clock = SkewedClock(self.clock, role.offset_ms, sleep=actor.sleep)
+        storage = ProcessStorage(
+            self.storage_for(role.name, actor),
+            owner,
+            history=self.history,
+            hazards=role.hazards,
+            rng=actor.rng,
+            step=actor.step,
+            pause=actor.sleep,
+            now_ms=actor.now_ms,
+        )
+        return storage, clock
+
+
+def coordinator_schedule(world: World, role: Role) -> Callable[[Actor], None]:
+    def body(actor: Actor) -> None:
+        for run in range(1, 1_000_000):
+            owner = f"{role.name}.{run}"
+            storage, clock = world.process(actor, role, owner)
+            coordinator = Coordinator(
+                storage,
+                QUEUE,
+                invoker=world.invocations.invoker(actor),
+                settings=world.settings,
+                coordination=world.coordination,
+                clock=clock,
+                owner=owner,
+                listener=world.history.listener(owner),
+            )
+            end = clock.now_ms() + round(world.run_s * 1000)
+            try:
+                serve(
+                    [coordinator],
+                    remaining_ms=lambda end=end, clock=clock: end - clock.now_ms(),
+                    clock=clock,
+                    settings=world.serving,
+                )
+            except Crash:
+                pass
+            except S3QueueError as exc:  # the Lambda run fails; the next scheduled one goes on
+                world.history.record("coordinator_error", owner, error=_describe(exc))
+            actor.sleep(world.restart_s)
+
+    return body
+
+
+def worker_process(world: World, role: Role) -> Callable[[Actor], None]:
+    def body(actor: Actor) -> None:
+        for incarnation in range(1, 1_000_000):
+            owner = f"{role.name}.{incarnation}"
+            try:
+                _serve_invocations(world, role, actor, owner)
+            except Crash:
+                actor.sleep(world.restart_s)
+
+    return body
+
+
+def _serve_invocations(world: World, role: Role, actor: Actor, owner: str) -> None:
+    storage, clock = world.process(actor, role, owner)
+    worker = Worker(
+        storage,
+        QUEUE,
+        settings=world.settings,
+        coordination=world.coordination,
+        clock=clock,
+        rng=actor.rng,
+        owner=owner,
+        listener=world.history.listener(owner),
+        heartbeat_thread=world.heartbeat_thread,
+    )
+    timeout_ms = world.settings.timeout * 1000
+    while True:
+        payload = world.invocations.take(actor)
+        deadline = clock.now_ms() + timeout_ms
+        handle = workload.handler(
+            world.history, owner, clock.sleep, clock.now_ms, lambda deadline=deadline: deadline
+        )
+        try:
+            worker.process(payload, handle, remaining_ms=lambda d=deadline: d - clock.now_ms())
+        except S3QueueError as exc:  # as the worker Lambda: logged, the lease protocol recovers
+            world.history.record(
+                "worker_error", owner, ticket=payload["ticket"], error=_describe(exc)
+            )
+
+
+def producer(
+    world: World,
+    role: Role,
+    specs: list[workload.Spec],
+    mix: workload.Mix,
+    expected: workload.Expected,
+    spread_s: float,
+) -> Callable[[Actor], None]:
+    def body(actor: Actor) -> None:
+        storage, clock = world.process(actor, role, role.name)
+        queue = Queue(
+            QUEUE,
+            storage=storage,
+            clock=clock,
+            max_message_bytes=world.settings.max_message_bytes,
+            listener=world.history.listener(role.name),
+        )
+        sender = workload.Producer(queue, world.history, expected, actor.rng)
+        if mix.malformed:
+            sender.put_malformed(world.settings.max_message_bytes)
+        batches = [specs[i : i + 12] for i in range(0, len(specs), 12)]
+        for batch in batches:
+            sender.send(batch, mix)
+            actor.sleep(spread_s / max(len(batches), 1))
+        world.history.record("producer_done", role.name, total=expected.total)
+
+    return body
+
+
+def _describe(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"

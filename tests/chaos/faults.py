@@ -1,0 +1,255 @@
+"""S3 faults, injected between a boto3 client and a real S3 server, and the same at `Storage` level.
+
+Why a botocore event hook rather than a loopback proxy. A ``before-send`` handler sees every
+HTTP attempt of one client, after signing and before the wire, and may answer it itself:
+
+- it is per client, so one process can give each actor (worker, coordinator) its own faults,
+  which a proxy in front of the one server could only do by port;
+- it sees the operation name (``PutObject``) and the request's conditional headers without
+  parsing HTTP, so a 409 goes only to conditional writes and a lost response only to writes;
+- it runs below the SDK's retry loop, so every injected fault goes through the same retries
+  (botocore's standard mode, then `S3Storage`'s own) as a real one;
+- it costs no extra process, port or hop: on 2 shared cores, a Python proxy would double the
+  CPU per request, which is already the bottleneck (20-35 ms per call).
+
+What it cannot do that a proxy could: cut a connection halfway through a response body, or
+delay a request that the server has started applying. The faults below are the ones the guarantees
+name: 500 InternalError, 503 SlowDown, 409 ConditionalRequestConflict, added latency, a
+connection reset before the request is sent, and a *lost response*: the request is sent and
+applied, then the connection resets, so the SDK's retry of a conditional write sees 412 and
+`S3Storage` must recognise its own write by its token.
+
+Reproducibility. Fault decisions come from ``random.Random(f"{seed}:{n}")`` for the n-th request
+through one injector: the same seed gives the same sequence of decisions. With several threads
+the order in which requests take the numbers varies, so a threaded run replays the same fault
+mix, not the same interleaving; the deterministic simulation (`sim.py`) replays exactly.
+
+`StorageFaults` injects what those faults look like above `S3Storage` (after its retries) into
+any `Storage`, for the fast in-memory runs: an error before or after the write applied, a lost
+response recognised by token, a 409 that did not apply.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from botocore.awsrequest import AWSResponse
+from botocore.exceptions import ConnectionClosedError
+from botocore.httpsession import URLLib3Session
+from s3queue.errors import Conflict, StorageError
+from s3queue.storage.base import Entry, Head, Object, Page, Storage
+
+from chaos.history import History
+
+S3_KINDS = ("error500", "slowdown503", "conflict409", "latency", "reset", "lost_response")
+STORAGE_KINDS = ("error_before", "error_after", "lost_response", "conflict409", "latency")
+_WRITES = frozenset({"PutObject", "DeleteObject", "DeleteObjects", "CopyObject"})
+_ERRORS = {
+    "error500": (500, "InternalError", "We encountered an internal error. Please try again."),
+    "slowdown503": (503, "SlowDown", "Please reduce your request rate."),
+    "conflict409": (409, "ConditionalRequestConflict", "A conflicting operation occurred."),
+}
+
+
+@dataclass(frozen=True)
+class FaultPlan:
+    """Which faults, how often (probability per request), from which seed."""
+
+    seed: int
+    rates: Mapping[str, float] = field(default_factory=dict)
+    latency_ms: tuple[int, int] = (20, 150)
+
+    def __post_init__(self) -> None:
+        unknown = set(self.rates) - set(S3_KINDS) - set(STORAGE_KINDS)
+        if unknown or sum(self.rates.values()) > 1:
+            raise ValueError(f"bad fault rates {dict(self.rates)}")
+
+    def decide(self, n: int, allowed: Iterable[str]) -> tuple[str | None, random.Random]:
+        """The fault for the n-th request (None: none), and a generator for its details."""
+        rng = random.Random(f"{self.seed}:{n}")
+        draw, edge = rng.random(), 0.0
+        allowed = set(allowed)
+        for kind in sorted(self.rates):
+            edge += self.rates[kind]
+            if draw < edge:
+                return (kind if kind in allowed else None), rng
+        return None, rng
+
+
+class FaultLog:
+    """Counts injected faults by kind (thread-safe), and records each in a history if given."""
+
+    def __init__(self, history: History | None = None, actor: str = "s3") -> None:
+        self.counts: Counter[str] = Counter()
+        self.history, self.actor = history, actor
+        self._lock = threading.Lock()
+        self._n = 0
+
+    def next_number(self) -> int:
+        with self._lock:
+            self._n += 1
+            return self._n
+
+    def note(self, kind: str, operation: str, key: str = "") -> None:
+        with self._lock:
+            self.counts[kind] += 1
+        if self.history is not None:
+            self.history.record("fault", self.actor, fault=kind, op=operation, key=key)
+
+
+class S3Faults:
+    """A botocore ``before-send`` hook that answers some requests with faults (see module)."""
+
+    def __init__(self, plan: FaultPlan, log: FaultLog | None = None) -> None:
+        self.plan = plan
+        self.log = log or FaultLog()
+        self._session = URLLib3Session()
+        self.enabled = True
+
+    def attach(self, client: Any) -> Any:
+        client.meta.events.register("before-send.s3", self, unique_id=f"s3faults-{id(self)}")
+        return client
+
+    def __call__(self, request: Any, event_name: str = "", **_: Any) -> AWSResponse | None:
+        if not self.enabled:
+            return None
+        operation = event_name.rsplit(".", 1)[-1]
+        kind, rng = self.plan.decide(self.log.next_number(), self._allowed(operation, request))
+        if kind is None:
+            return None
+        self.log.note(kind, operation, _key_of(request.url))
+        if kind == "latency":
+            low, high = self.plan.latency_ms
+            time.sleep(rng.uniform(low, high) / 1000)
+            return None
+        if kind == "reset":
+            raise ConnectionClosedError(endpoint_url=request.url)
+        if kind == "lost_response":
+            self._session.send(request)  # applied by the server; the answer never arrives
+            raise ConnectionClosedError(endpoint_url=request.url)
+        status, code, message = _ERRORS[kind]
+        body = f"<Error><Code>{code}</Code><Message>{message}</Message></Error>".encode()
+        return AWSResponse(request.url, status, {}, _Raw(body))
+
+    @staticmethod
+    def _allowed(operation: str, request: Any) -> set[str]:
+        allowed = {"error500", "slowdown503", "latency", "reset"}
+        if operation in _WRITES:
+            allowed.add("lost_response")
+            headers = {k.lower() for k in request.headers}
+            if {"if-match", "if-none-match"} & headers:
+                allowed.add("conflict409")
+        return allowed
+
+
+class _Raw:
+    """The raw stream `AWSResponse` reads a body from."""
+
+    def __init__(self, body: bytes) -> None:
+        self._body = body
+
+    def stream(self, **_: Any) -> Any:
+        yield self._body
+
+
+def _key_of(url: str) -> str:
+    path = url.split("://", 1)[-1].split("?", 1)[0]
+    return path.split("/", 2)[-1] if path.count("/") >= 2 else ""
+
+
+class StorageFaults:
+    """Any `Storage`, with the faults S3 would surface through `S3Storage` (see module).
+
+    ``error_before``: `StorageError`, nothing applied (5xx past every retry). ``error_after``:
+    the write applied, then `StorageError` (its response lost past every retry).
+    ``lost_response``: the write applied and is sent again, as the SDK's retry would, so the
+    backend's token recognition must turn the conflict into success. ``conflict409``:
+    `Conflict` on a conditional write that did not apply. ``latency``: `pause` first.
+    """
+
+    def __init__(
+        self,
+        inner: Storage,
+        plan: FaultPlan,
+        log: FaultLog | None = None,
+        *,
+        pause: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self.inner, self.plan = inner, plan
+        self.log = log or FaultLog()
+        self.pause = pause
+
+    def _fault(self, operation: str, key: str, *, write: bool, conditional: bool) -> str | None:
+        allowed = {"error_before", "latency"}
+        if write:
+            allowed |= {"error_after", "lost_response"}
+        if conditional:
+            allowed.add("conflict409")
+        kind, rng = self.plan.decide(self.log.next_number(), allowed)
+        if kind is None:
+            return None
+        self.log.note(kind, operation, key)
+        if kind == "latency":
+            low, high = self.plan.latency_ms
+            self.pause(rng.uniform(low, high) / 1000)
+        elif kind == "error_before":
+            raise StorageError(f"injected: {operation} {key} failed")
+        elif kind == "conflict409":
+            raise Conflict(f"injected: 409 ConditionalRequestConflict on {key}")
+        return kind
+
+    def _after(self, kind: str | None, operation: str, key: str) -> None:
+        if kind == "error_after":
+            raise StorageError(f"injected: {operation} {key} applied, response lost")
+
+    def get(self, key: str) -> Object | None:
+        self._fault("GetObject", key, write=False, conditional=False)
+        return self.inner.get(key)
+
+    def head(self, key: str) -> Head | None:
+        self._fault("HeadObject", key, write=False, conditional=False)
+        return self.inner.head(key)
+
+    def put(
+        self,
+        key: str,
+        body: bytes,
+        *,
+        if_match: str | None = None,
+        if_none_match: bool = False,
+        token: str | None = None,
+    ) -> str:
+        conditional = if_match is not None or if_none_match
+        kind = self._fault("PutObject", key, write=True, conditional=conditional)
+        args = {"if_match": if_match, "if_none_match": if_none_match, "token": token}
+        etag = self.inner.put(key, body, **args)
+        if kind == "lost_response":
+            return self.inner.put(key, body, **args)
+        self._after(kind, "PutObject", key)
+        return etag
+
+    def delete(self, key: str, *, if_match: str | None = None) -> None:
+        kind = self._fault("DeleteObject", key, write=True, conditional=if_match is not None)
+        self.inner.delete(key, if_match=if_match)
+        if kind == "lost_response":
+            self.inner.delete(key, if_match=if_match)
+        self._after(kind, "DeleteObject", key)
+
+    def delete_many(self, keys: Iterable[str]) -> None:
+        keys = list(keys)
+        kind = self._fault("DeleteObjects", keys[0] if keys else "", write=True, conditional=False)
+        self.inner.delete_many(keys)
+        self._after(kind, "DeleteObjects", keys[0] if keys else "")
+
+    def list(self, prefix: str, *, start_after: str | None = None, limit: int = 1000) -> Page:
+        self._fault("ListObjectsV2", prefix, write=False, conditional=False)
+        return self.inner.list(prefix, start_after=start_after, limit=limit)
+
+
+__all__ = ["Entry", "FaultLog", "FaultPlan", "S3Faults", "StorageFaults"]

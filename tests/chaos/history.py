@@ -1,0 +1,229 @@
+"""The history of a run: every queue event, handler call, injected fault and crash, in order.
+
+Sources, all appended under one lock with a global sequence number:
+
+- the ``listener`` events of the producer, coordinators and workers (enqueue, dispatch, claim,
+  handler_start, handler_finish, heartbeat, commit, applied, expire, fenced, lease_lost, ...),
+  each tagged with the actor (process) that emitted it;
+- the handler's own calls (``exec``): proof that a handler really ran, with the body;
+- the `Oracle`: every ticket write and delete that S3 applied (``ticket_write``,
+  ``ticket_delete``), whether or not its writer heard the answer: the ground truth of claims,
+  renewals, commits and reaps;
+- the test's own acts: foreign objects put in the inbox (``put_foreign``), enqueues that raised
+  (``enqueue_failed``), crashes (``crash``), freezes and injected faults (``fault``).
+
+Each entry carries two times: ``at_ms``, the emitting actor's clock (possibly skewed), and
+``true_ms``, the reference clock of the run (the simulation's clock or the wall clock), which
+is what the checker's timing rules use.
+
+Order. An event is recorded after the S3 write it reports returned, in the writer's thread, and
+before that thread's next S3 call. So if one actor's event caused another's (through S3), the
+first is recorded first. Events that are not causally related (a claim and a reap racing on
+time) may be recorded in either order: the checker orders those by ticket generation instead.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from s3queue.admin import iter_keys
+from s3queue.errors import MalformedMessage
+from s3queue.events import Event, Listener
+from s3queue.keys import QueueKeys, parse_msg_name, parse_ticket_name
+from s3queue.model import Ticket, decode_records, foreign_id
+from s3queue.storage.base import Head, Object, Page, Storage
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """One recorded thing."""
+
+    seq: int
+    true_ms: int
+    kind: str
+    actor: str
+    fields: dict[str, Any]
+
+    def __getitem__(self, name: str) -> Any:
+        return self.fields[name]
+
+    def get(self, name: str, default: Any = None) -> Any:
+        return self.fields.get(name, default)
+
+
+class History:
+    """A thread-safe, append-only list of entries."""
+
+    def __init__(self, true_ms: Callable[[], int]) -> None:
+        self.true_ms = true_ms
+        self.entries: list[Entry] = []
+        self.watchers: list[Callable[[Entry], None]] = []
+        """Called with each new entry, under the history's lock (keep them quick)."""
+        self._lock = threading.Lock()
+
+    def record(self, kind: str, actor: str, /, **fields: Any) -> Entry:
+        with self._lock:
+            entry = Entry(len(self.entries), self.true_ms(), kind, actor, fields)
+            self.entries.append(entry)
+            for watch in self.watchers:
+                watch(entry)
+            return entry
+
+    def listener(self, actor: str) -> Listener:
+        """A queue-event listener that records each event as done by `actor`."""
+
+        def listen(event: Event) -> None:
+            self.record(event.kind, actor, at_ms=event.at_ms, **event.fields)
+
+        return listen
+
+    def of(self, *kinds: str) -> list[Entry]:
+        with self._lock:
+            return [e for e in self.entries if e.kind in kinds]
+
+    def __iter__(self) -> Iterator[Entry]:
+        with self._lock:
+            return iter(list(self.entries))
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+    def dump(self, path: str) -> None:
+        """One JSON object per line, for reading a failed run."""
+        with open(path, "w", encoding="utf-8") as out:
+            for e in self:
+                row = {"seq": e.seq, "t": e.true_ms, "kind": e.kind, "actor": e.actor, **e.fields}
+                out.write(json.dumps(row, default=repr) + "\n")
+
+
+@dataclass(frozen=True, slots=True)
+class Pending:
+    """A message still in the queue at the end, and where."""
+
+    id: str
+    key: str
+    attempt: int
+
+
+@dataclass
+class FinalState:
+    """What the bucket holds at the end of a run."""
+
+    pending: list[Pending] = field(default_factory=list)
+    dead: list[dict[str, Any]] = field(default_factory=list)
+    tickets: list[str] = field(default_factory=list)
+
+    def pending_ids(self) -> dict[str, list[Pending]]:
+        out: dict[str, list[Pending]] = {}
+        for p in self.pending:
+            out.setdefault(p.id, []).append(p)
+        return out
+
+    def dead_ids(self) -> dict[str, list[dict[str, Any]]]:
+        out: dict[str, list[dict[str, Any]]] = {}
+        for d in self.dead:
+            out.setdefault(str(d.get("id")), []).append(d)
+        return out
+
+
+def snapshot(storage: Storage, keys: QueueKeys) -> FinalState:
+    """Read every message, dead letter and ticket of a queue (O(keys): for the end of a run)."""
+    final = FinalState()
+    for entry in iter_keys(storage, keys.inbox):
+        name = entry.key[len(keys.root) :]
+        final.pending.append(Pending(foreign_id(name), entry.key, 1))
+    for entry in iter_keys(storage, keys.msg):
+        final.pending.extend(_pending(storage, keys, entry.key))
+    for entry in iter_keys(storage, keys.dlq):
+        obj = storage.get(entry.key)
+        if obj is not None:
+            doc = json.loads(obj.body)
+            doc["key"] = entry.key
+            final.dead.append(doc)
+    for entry in iter_keys(storage, keys.tickets):
+        if parse_ticket_name(entry.key[len(keys.tickets) :]) is not None:
+            final.tickets.append(entry.key)
+    return final
+
+
+def _pending(storage: Storage, keys: QueueKeys, key: str) -> list[Pending]:
+    obj = storage.get(key)
+    if obj is None:
+        return []
+    name = key[len(keys.root) :]
+    if parse_msg_name(name[4:]) is None:
+        return [Pending(foreign_id(name), key, 1)]
+    try:
+        return [Pending(r.id, key, r.attempt) for r in decode_records(obj.body)]
+    except MalformedMessage:
+        return [Pending(foreign_id(name), key, 1)]
+
+
+class Oracle:
+    """A `Storage` that records each applied ticket write (its state, generation, owner and
+    outcomes) and ticket delete in the history, in the order they applied.
+
+    Put it directly on the backend, below any fault injection, so that a write whose answer
+    is lost is recorded too (exact on `MemoryStorage` in the simulation, where one call runs
+    at a time; on S3 it can only sit above the client, and misses writes whose every retry
+    lost its response).
+    """
+
+    def __init__(self, inner: Storage, history: History, tickets: str) -> None:
+        self.inner, self.history, self.tickets = inner, history, tickets
+        self._seen: set[tuple[str, str | None]] = set()
+
+    def get(self, key: str) -> Object | None:
+        return self.inner.get(key)
+
+    def head(self, key: str) -> Head | None:
+        return self.inner.head(key)
+
+    def put(
+        self,
+        key: str,
+        body: bytes,
+        *,
+        if_match: str | None = None,
+        if_none_match: bool = False,
+        token: str | None = None,
+    ) -> str:
+        etag = self.inner.put(
+            key, body, if_match=if_match, if_none_match=if_none_match, token=token
+        )
+        # A resent write recognised by its token (a lost response) applied only once.
+        if key.startswith(self.tickets) and (key, token) not in self._seen:
+            self._seen.add((key, token))
+            self._wrote(key, body)
+        return etag
+
+    def _wrote(self, key: str, body: bytes) -> None:
+        try:
+            t = Ticket.decode(body)
+        except MalformedMessage:
+            return
+        self.history.record(
+            "ticket_write",
+            "s3",
+            ticket=key,
+            state=t.state,
+            generation=t.generation,
+            owner=t.owner,
+            lease_until=t.lease_until_ms,
+            outcomes=[(o.id, o.kind) for o in t.outcomes],
+        )
+
+    def delete(self, key: str, *, if_match: str | None = None) -> None:
+        self.inner.delete(key, if_match=if_match)
+        if key.startswith(self.tickets):
+            self.history.record("ticket_delete", "s3", ticket=key)
+
+    def delete_many(self, keys: Iterable[str]) -> None:
+        self.inner.delete_many(keys)
+
+    def list(self, prefix: str, *, start_after: str | None = None, limit: int = 1000) -> Page:
+        return self.inner.list(prefix, start_after=start_after, limit=limit)

@@ -1,0 +1,193 @@
+"""Process faults: a process killed between two S3 calls, a process frozen, a skewed clock.
+
+`ProcessStorage` is the storage one process (one worker or coordinator incarnation) sees. Before
+each call it gives the runner a chance to switch to another actor (`step`), may freeze the
+process (`pause` for a while, as a GC pause, a stopped VM or a hung connection would), and may
+kill it: `Crash` is a `BaseException`, so no ``except Exception`` in the core can swallow it,
+and once a process has crashed every later call of it raises `Crash` again (a dead process
+sends nothing: not even the release in a ``finally``).
+
+A crash *before* call n means the request never left; *after* call n means S3 applied it and
+the process died before it could use the answer. Between them they cover every point between
+two calls, which is all a process can be killed at, as far as S3 can tell.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from s3queue.clock import Clock
+from s3queue.errors import MalformedMessage
+from s3queue.model import Ticket
+from s3queue.storage.base import Head, Object, Page, Storage
+
+from chaos.history import History
+
+OPS = ("get", "head", "put", "delete", "delete_many", "list")
+
+
+class Crash(BaseException):
+    """The process died (killed, out of memory, Lambda timeout)."""
+
+
+@dataclass(frozen=True)
+class CrashAt:
+    """Kill the process at its `index`-th storage call (0-based), before or after it."""
+
+    index: int
+    after: bool = False
+
+    def __str__(self) -> str:
+        return f"{'after' if self.after else 'before'} call {self.index}"
+
+
+@dataclass(frozen=True)
+class Hazards:
+    """Random process faults, per storage call."""
+
+    crash_rate: float = 0.0
+    freeze_rate: float = 0.0
+    freeze_s: tuple[float, float] = (0.0, 0.0)
+
+
+class ProcessStorage:
+    """The storage of one process, with yield points, freezes and crashes (see module)."""
+
+    def __init__(
+        self,
+        inner: Storage,
+        actor: str,
+        *,
+        history: History | None = None,
+        crash_at: CrashAt | None = None,
+        hazards: Hazards | None = None,
+        rng: random.Random | None = None,
+        step: Callable[[], None] = lambda: None,
+        pause: Callable[[float], None] | None = None,
+        now_ms: Callable[[], int] | None = None,
+    ) -> None:
+        self.inner, self.actor, self.history = inner, actor, history
+        self.crash_at, self.hazards = crash_at, hazards or Hazards()
+        self.rng = rng or random.Random(0)
+        self.step, self.pause, self.now_ms = step, pause, now_ms
+        self.calls: list[tuple[str, str]] = []
+        self.dead = False
+        self.frozen_until = 0
+
+    def _call(self, op: str, key: str, run: Callable[[], Any], body: bytes | None = None) -> Any:
+        if self.dead:
+            raise Crash(f"{self.actor} is dead")
+        self.step()
+        self._hold()
+        index = len(self.calls)
+        self.calls.append((op, key))
+        self._maybe_freeze(op, key)
+        if self._crashes(index, after=False):
+            self._die(f"before {op} {key}", op, key)
+        result = run()
+        if self._crashes(index, after=True):
+            self._die(f"after {op} {key}", op, key, body)
+        return result
+
+    def _crashes(self, index: int, *, after: bool) -> bool:
+        if self.crash_at is not None:
+            return self.crash_at.index == index and self.crash_at.after == after
+        rate = self.hazards.crash_rate / 2  # half before, half after the call
+        return rate > 0 and self.rng.random() < rate
+
+    def _maybe_freeze(self, op: str, key: str) -> None:
+        h = self.hazards
+        if self.now_ms is None or h.freeze_rate <= 0 or self.rng.random() >= h.freeze_rate:
+            return
+        seconds = self.rng.uniform(*h.freeze_s)
+        if self.history is not None:
+            self.history.record("freeze", self.actor, where=f"{op} {key}", seconds=seconds)
+        self.frozen_until = self.now_ms() + round(seconds * 1000)
+        self._hold()
+
+    def _hold(self) -> None:
+        """A frozen process makes no call, from any of its threads, until the freeze ends."""
+        if self.now_ms is None or self.pause is None:
+            return
+        while (left := self.frozen_until - self.now_ms()) > 0:
+            self.pause(left / 1000)
+
+    def _die(self, where: str, op: str, key: str, body: bytes | None = None) -> None:
+        self.dead = True
+        fields: dict[str, Any] = {"where": where}
+        if body is not None and "/tickets/" in key:
+            fields.update(_ticket_fields(key, body))
+        if self.history is not None:
+            self.history.record("crash", self.actor, **fields)
+        raise Crash(where)
+
+    def get(self, key: str) -> Object | None:
+        result: Object | None = self._call("get", key, lambda: self.inner.get(key))
+        return result
+
+    def head(self, key: str) -> Head | None:
+        result: Head | None = self._call("head", key, lambda: self.inner.head(key))
+        return result
+
+    def put(
+        self,
+        key: str,
+        body: bytes,
+        *,
+        if_match: str | None = None,
+        if_none_match: bool = False,
+        token: str | None = None,
+    ) -> str:
+        def run() -> str:
+            return self.inner.put(
+                key, body, if_match=if_match, if_none_match=if_none_match, token=token
+            )
+
+        result: str = self._call("put", key, run, body)
+        return result
+
+    def delete(self, key: str, *, if_match: str | None = None) -> None:
+        self._call("delete", key, lambda: self.inner.delete(key, if_match=if_match))
+
+    def delete_many(self, keys: Iterable[str]) -> None:
+        keys = list(keys)
+        self._call("delete_many", keys[0] if keys else "", lambda: self.inner.delete_many(keys))
+
+    def list(self, prefix: str, *, start_after: str | None = None, limit: int = 1000) -> Page:
+        def run() -> Page:
+            return self.inner.list(prefix, start_after=start_after, limit=limit)
+
+        result: Page = self._call("list", prefix, run)
+        return result
+
+
+def _ticket_fields(key: str, body: bytes) -> dict[str, Any]:
+    """What a ticket write that reached S3 just before the crash said (a commit, maybe)."""
+    try:
+        ticket = Ticket.decode(body)
+    except MalformedMessage:
+        return {}
+    return {
+        "ticket": key,
+        "wrote_state": ticket.state,
+        "outcomes": [(o.id, o.kind) for o in ticket.outcomes],
+    }
+
+
+class SkewedClock:
+    """Another clock, `offset_ms` ahead (or behind, if negative); `sleep` as given."""
+
+    def __init__(
+        self, base: Clock, offset_ms: int, sleep: Callable[[float], None] | None = None
+    ) -> None:
+        self.base, self.offset_ms = base, offset_ms
+        self._sleep = sleep or base.sleep
+
+    def now_ms(self) -> int:
+        return self.base.now_ms() + self.offset_ms
+
+    def sleep(self, seconds: float) -> None:
+        self._sleep(seconds)

@@ -1,0 +1,302 @@
+"""One chaos run from a `Config`: build the actors, run them, snapshot the bucket, check it.
+
+`run_sim` runs on `MemoryStorage` under the deterministic `Sim` (simulated time, storage-level
+faults); `run_cluster` runs real threads against an S3 endpoint with network faults injected
+into each actor's boto3 client. Both return a `Result`: the checker's report, the history and
+the fault counts.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from s3queue.clock import Clock, FakeClock, SystemClock
+from s3queue.config import CoordinatorSettings, QueueSettings
+from s3queue.keys import QueueKeys
+from s3queue.service import ServeSettings
+from s3queue.storage import MemoryStorage
+from s3queue.storage.base import Storage
+from s3queue.storage.s3 import S3Storage
+
+from chaos import actors, checker, workload
+from chaos.cluster import Cluster
+from chaos.faults import FaultLog, FaultPlan, S3Faults, StorageFaults
+from chaos.history import Entry, FinalState, History, Oracle, snapshot
+from chaos.process import Hazards
+from chaos.sim import Sim
+from chaos.timeline import TERMINAL
+
+PREFIX = "s3queue"
+KEYS = QueueKeys(PREFIX, actors.QUEUE)
+
+
+SETTINGS = QueueSettings(
+    visibility_timeout=20,
+    max_retries=3,
+    backoff_base=1.0,
+    backoff_cap=8.0,
+    batch_size=5,
+    max_in_flight_tickets=8,
+    max_message_bytes=64 * 1024,
+    timeout=40,
+)
+"""Queue settings of a simulated run (simulated seconds cost nothing)."""
+COORDINATION = CoordinatorSettings(
+    lease_ttl=15, skew_tolerance=3, dispatch_timeout=10, sweep_interval=30
+)
+SERVING = ServeSettings(
+    busy_interval=0.5,
+    idle_interval=0.5,
+    max_idle_interval=2,
+    follow_interval=1,
+    linger=None,
+    release_after=20,
+    reserve=5,
+)
+MIX = workload.Mix()
+NO_HAZARDS = Hazards()
+
+
+@dataclass(frozen=True)
+class Config:
+    """Everything that shapes one run; the seed makes it reproducible."""
+
+    seed: int = 1
+    messages: int = 100
+    workers: int = 4
+    coordinators: int = 2
+    settings: QueueSettings = SETTINGS
+    coordination: CoordinatorSettings = COORDINATION
+    serving: ServeSettings = SERVING
+    mix: workload.Mix = MIX
+    faults: Mapping[str, float] = field(default_factory=dict)
+    """Storage-level kinds for `run_sim`, S3 kinds for `run_cluster` (see faults.py)."""
+    worker_hazards: Hazards = NO_HAZARDS
+    coordinator_hazards: Hazards = NO_HAZARDS
+    skew_ms: int = 0
+    """Each actor's clock is off by a uniform amount in [-skew/2, +skew/2]."""
+    invoke_duplicate: float = 0.0
+    invoke_lose: float = 0.0
+    heartbeat_thread: bool = False
+    run_s: float = 60.0
+    spread_s: float = 30.0
+    max_s: float = 3600.0
+
+    def with_(self, **changes: Any) -> Config:
+        return replace(self, **changes)
+
+
+@dataclass
+class Result:
+    config: Config
+    report: checker.Report
+    history: History
+    final: FinalState
+    faults: Counter[str]
+    finished: bool
+    wall_s: float
+    sim_s: float = 0.0
+
+    def explain(self) -> str:
+        return f"seed {self.config.seed}: {self.report.summary()}"
+
+
+class _Progress:
+    """Watches the history for the end: the producer done and every message terminal."""
+
+    def __init__(self) -> None:
+        self.total: int | None = None
+        self.terminal: set[str] = set()
+
+    def __call__(self, e: Entry) -> None:
+        if e.kind == "producer_done":
+            self.total = int(e["total"])
+        elif e.kind == "ticket_write" and e["state"] == "committed":
+            self.terminal |= {str(i) for i, k in e["outcomes"] if k in TERMINAL}
+
+    def done(self, storage: Storage) -> bool:
+        if self.total is None or len(self.terminal) < self.total:
+            return False
+        return not any(
+            storage.list(p, limit=1).entries for p in (KEYS.tickets, KEYS.msg, KEYS.inbox)
+        )
+
+
+def _spawn(
+    runner: Sim | Cluster,
+    config: Config,
+    storage_for: Callable[[str, actors.Actor], Storage],
+    clock: Clock,
+    history: History,
+) -> workload.Expected:
+    rng = random.Random(f"{config.seed}:roles")
+    half = config.skew_ms // 2
+
+    def role(name: str, hazards: Hazards = NO_HAZARDS) -> actors.Role:
+        return actors.Role(name, rng.randint(-half, half) if half else 0, hazards)
+
+    world = actors.World(
+        history=history,
+        clock=clock,
+        storage_for=storage_for,
+        settings=config.settings,
+        coordination=config.coordination,
+        serving=config.serving,
+        invocations=actors.Invocations(history, config.invoke_duplicate, config.invoke_lose),
+        run_s=config.run_s,
+        heartbeat_thread=config.heartbeat_thread,
+    )
+    expected = workload.Expected()
+    specs = workload.plan(config.messages, config.mix, config.settings, config.seed)
+    body = actors.producer(world, role("producer"), specs, config.mix, expected, config.spread_s)
+    runner.spawn("producer", body)
+    for i in range(1, config.coordinators + 1):
+        name = f"c{i}"
+        runner.spawn(
+            name, actors.coordinator_schedule(world, role(name, config.coordinator_hazards))
+        )
+    for i in range(1, config.workers + 1):
+        name = f"w{i}"
+        runner.spawn(name, actors.worker_process(world, role(name, config.worker_hazards)))
+    return expected
+
+
+def _unacknowledged(history: History, expected: workload.Expected) -> None:
+    """An enqueue that raised may still have applied: expect its poison to die too."""
+    acked = set()
+    for e in history.of("enqueue"):
+        acked |= {e["message_id"]} if "message_id" in e.fields else set(e["message_ids"])
+    for e in history.of("exec"):
+        if e["id"] not in acked and e["kind"] == "poison":
+            expected.poison.add(e["id"])
+        elif e["id"] not in acked and e["kind"] == "permanent":
+            expected.dead_at_once.add(e["id"])
+
+
+def expectation(config: Config, expected: workload.Expected, *, drained: bool) -> checker.Expect:
+    s = config.settings
+    return checker.Expect(
+        max_retries=s.max_retries,
+        visibility_ms=round(s.visibility_timeout * 1000),
+        backoff_base=s.backoff_base,
+        backoff_cap=s.backoff_cap,
+        poison=frozenset(expected.poison),
+        dead_at_once=frozenset(expected.dead_at_once),
+        skew_ms=config.skew_ms,
+        drained=drained,
+    )
+
+
+def run_sim(config: Config) -> Result:
+    """One deterministic run on MemoryStorage (see module)."""
+    started = time.monotonic()
+    clock = FakeClock()
+    history = History(clock.now_ms)
+    progress = _Progress()
+    history.watchers.append(progress)
+    memory = MemoryStorage(clock)
+    oracle = Oracle(memory, history, KEYS.tickets)
+    log = FaultLog(history)
+    plan = FaultPlan(config.seed, config.faults)
+
+    def storage_for(name: str, actor: actors.Actor) -> Storage:
+        return StorageFaults(oracle, plan, log, pause=actor.sleep)
+
+    sim = Sim(config.seed, clock)
+    expected = _spawn(sim, config, storage_for, clock, history)
+    start_ms = clock.now_ms()
+    finished = sim.run(lambda: progress.done(memory), max_s=config.max_s)
+    final = snapshot(memory, KEYS)
+    _unacknowledged(history, expected)
+    report = checker.check(list(history), final, expectation(config, expected, drained=finished))
+    if not finished:
+        report.add("stuck", "run", f"not drained after {config.max_s} simulated seconds")
+    return Result(
+        config,
+        report,
+        history,
+        final,
+        _fault_counts(log, history),
+        finished,
+        time.monotonic() - started,
+        (clock.now_ms() - start_ms) / 1000,
+    )
+
+
+def run_cluster(config: Config, make_client: Callable[[], Any], bucket: str) -> Result:
+    """One run of real threads on an S3 endpoint, network faults in every client."""
+    started = time.monotonic()
+    clock = SystemClock()
+    history = History(clock.now_ms)
+    progress = _Progress()
+    history.watchers.append(progress)
+    log = FaultLog(history)
+    plan = FaultPlan(config.seed, config.faults)
+    stores: dict[str, Storage] = {}
+    lock = threading.Lock()
+
+    def storage_for(name: str, actor: actors.Actor) -> Storage:
+        with lock:
+            if name not in stores:
+                client = S3Faults(plan, log).attach(make_client())
+                s3 = S3Storage(client, bucket, base_delay=0.05, max_delay=1.0)
+                stores[name] = Oracle(s3, history, KEYS.tickets)
+            return stores[name]
+
+    observer = S3Storage(make_client(), bucket)
+    cluster = Cluster(config.seed)
+    expected = _spawn(cluster, config, storage_for, clock, history)
+    with _quiet_crashes():
+        finished = cluster.run(lambda: progress.done(observer), max_s=config.max_s)
+    final = snapshot(observer, KEYS)
+    _unacknowledged(history, expected)
+    expect = expectation(config, expected, drained=finished)
+    report = checker.check(list(history), final, replace(expect, slack_ms=250))
+    if not finished:
+        report.add("stuck", "run", f"not drained after {config.max_s} s")
+    return Result(
+        config,
+        report,
+        history,
+        final,
+        _fault_counts(log, history),
+        finished,
+        time.monotonic() - started,
+    )
+
+
+def _fault_counts(log: FaultLog, history: History) -> Counter[str]:
+    counts = Counter(log.counts)
+    for e in history:
+        if e.kind == "crash":
+            timeout = "Lambda timeout" in str(e.get("where"))
+            counts["lambda_timeout" if timeout else f"crash_{e.actor[0]}"] += 1
+        elif e.kind in ("freeze", "invoke_lost"):
+            counts[f"{e.kind}_{e.actor[0]}" if e.kind == "freeze" else e.kind] += 1
+    return counts
+
+
+class _quiet_crashes:
+    """Threads killed by `Crash` or `Stopped` (heartbeat threads) die without a traceback."""
+
+    def __enter__(self) -> None:
+        from chaos.process import Crash
+        from chaos.sim import Stopped
+
+        self._old = threading.excepthook
+
+        def hook(args: threading.ExceptHookArgs) -> None:
+            if args.exc_type is not None and issubclass(args.exc_type, Crash | Stopped):
+                return
+            self._old(args)
+
+        threading.excepthook = hook
+
+    def __exit__(self, *exc: object) -> None:
+        threading.excepthook = self._old

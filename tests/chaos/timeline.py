@@ -1,0 +1,273 @@
+"""A history read back as the things the guarantees talk about: claims, runs, commits, expiries.
+
+A *claim* is one worker's lease on one generation of a ticket; a *run* is one handler call on
+one message, inside the claim its worker held when it started. A worker runs one ticket at a
+time, so the claim of a run is the last claim of its actor before the run started.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from s3queue.keys import parse_msg_name
+from s3queue.model import foreign_id
+
+from chaos.history import Entry
+
+TERMINAL = ("done", "dead")
+
+
+@dataclass
+class Claim:
+    ticket: str
+    gen: int
+    actor: str
+    entry: Entry
+    renewed_ms: int
+    commit: Entry | None = None
+    lost: Entry | None = None
+    """lease_lost: a heartbeat or the commit found the ticket changed or gone."""
+
+
+@dataclass
+class Run:
+    id: str
+    attempt: int
+    actor: str
+    claim: Claim | None
+    start: Entry
+    end: Entry | None = None
+    outcome: str | None = None
+    """done, retry or dead from handler_finish; crash if the process died while it ran."""
+    delay_ms: int = 0
+    committed: bool = False
+    recorded_seq: int | None = None
+    """When its outcome reached S3 (a later heartbeat or the commit of its claim)."""
+
+    @property
+    def ticket(self) -> str | None:
+        return self.claim.ticket if self.claim else None
+
+    @property
+    def gen(self) -> int:
+        return self.claim.gen if self.claim else -1
+
+
+@dataclass
+class Timeline:
+    acked: dict[str, Entry] = field(default_factory=dict)
+    """Message id -> the enqueue (or put_foreign) that acknowledged it."""
+    objects: dict[str, list[str]] = field(default_factory=dict)
+    """Object id of a packed msg/ object -> the ids of its messages."""
+    failed_enqueues: list[Entry] = field(default_factory=list)
+    claims: list[Claim] = field(default_factory=list)
+    runs: list[Run] = field(default_factory=list)
+    commits: list[tuple[Entry, Claim | None]] = field(default_factory=list)
+    expires: dict[str, list[Entry]] = field(default_factory=dict)
+    fenced: dict[str, Entry] = field(default_factory=dict)
+    dispatched: dict[str, Entry] = field(default_factory=dict)
+    crashes: list[Entry] = field(default_factory=list)
+    freezes: list[Entry] = field(default_factory=list)
+    execs: list[Entry] = field(default_factory=list)
+    current: dict[str, Claim] = field(default_factory=dict)
+    open_runs: dict[str, Run] = field(default_factory=dict)
+    writes: dict[tuple[str, int], list[Entry]] = field(default_factory=dict)
+    """(ticket, generation) -> the ticket writes S3 applied (from the `Oracle`), in order."""
+    deletes: list[Entry] = field(default_factory=list)
+    reaps: dict[str, dict[int, Entry]] = field(default_factory=dict)
+    """ticket -> new generation -> the first record of the reap that made it: the reap's
+    write (`Oracle`) or the coordinator's expire event, whichever came first."""
+
+    def runs_of(self) -> dict[str, list[Run]]:
+        out: dict[str, list[Run]] = {}
+        for run in self.runs:
+            out.setdefault(run.id, []).append(run)
+        return out
+
+    def ids_of_key(self, key: str) -> set[str]:
+        """The message ids an object key may hold (a packed object: all of them)."""
+        parts = key.split("/")
+        if len(parts) >= 2 and parts[-2] == "inbox":
+            return {foreign_id("inbox/" + parts[-1])}
+        parsed = parse_msg_name(parts[-1])
+        if parsed is None:
+            return {foreign_id("msg/" + parts[-1])}
+        return set(self.objects.get(parsed.id, [parsed.id]))
+
+    def ticket_ids(self, ticket: str) -> set[str]:
+        entry = self.dispatched.get(ticket)
+        if entry is None:
+            return set()
+        return {i for key in entry["refs"] for i in self.ids_of_key(key)}
+
+
+def build(entries: Iterable[Entry]) -> Timeline:
+    """Read entries in sequence order into a `Timeline`.
+
+    With `Oracle` entries (``ticket_write``), what S3 applied replaces what workers said they
+    did: a commit whose response was lost has no ``commit`` event, but it has a write.
+    """
+    t = Timeline()
+    for e in entries:
+        handler = _READERS.get(e.kind)
+        if handler is not None:
+            handler(t, e)
+    if t.writes:
+        _from_oracle(t)
+    return t
+
+
+def _from_oracle(t: Timeline) -> None:
+    claims = {(c.ticket, c.gen): c for c in t.claims}
+    t.commits = []
+    for run in t.runs:
+        run.committed, run.recorded_seq = False, None
+    for (ticket, gen), writes in sorted(t.writes.items(), key=lambda kv: kv[1][0].seq):
+        claim = claims.get((ticket, gen))
+        for w in writes:
+            if claim is not None and w["state"] in ("claimed", "committed"):
+                claim.renewed_ms = w.true_ms
+            if w["state"] == "committed":
+                if claim is not None:
+                    claim.commit = claim.commit or w
+                t.commits.append((w, claim))
+                _mark_committed(t, w, claim)
+            _mark_recorded(t, w, claim)
+
+
+def _mark_recorded(t: Timeline, w: Entry, claim: Claim | None) -> None:
+    written = {(str(i), str(k)) for i, k in w["outcomes"]}
+    for run in t.runs:
+        mine = run.claim is claim and claim is not None and run.recorded_seq is None
+        if mine and run.end is not None and (run.id, run.outcome) in written:
+            run.recorded_seq = w.seq
+
+
+def _mark_committed(t: Timeline, w: Entry, claim: Claim | None) -> None:
+    kinds = {str(i): str(k) for i, k in w["outcomes"]}
+    for run in reversed(t.runs):
+        if run.ticket != w["ticket"] or kinds.get(run.id) != run.outcome or run.committed:
+            continue
+        if run.claim is claim or run.recorded_seq is not None:
+            run.committed = True
+            kinds.pop(run.id)
+
+
+def _write(t: Timeline, e: Entry) -> None:
+    gen = int(e["generation"])
+    t.writes.setdefault((e["ticket"], gen), []).append(e)
+    if e["state"] == "pending" and gen > 0:
+        t.reaps.setdefault(e["ticket"], {}).setdefault(gen, e)
+
+
+def _enqueue(t: Timeline, e: Entry) -> None:
+    ids = [e["message_id"]] if "message_id" in e.fields else list(e["message_ids"])
+    for message_id in ids:
+        t.acked[message_id] = e
+    parsed = parse_msg_name(str(e.get("key", "")).rsplit("/", 1)[-1])
+    if parsed is not None and len(ids) > 1:
+        t.objects[parsed.id] = ids
+
+
+def _foreign(t: Timeline, e: Entry) -> None:
+    t.acked[e["id"]] = e
+
+
+def _claim(t: Timeline, e: Entry) -> None:
+    claim = Claim(e["ticket"], int(e["generation"]), e.actor, e, e.true_ms)
+    t.claims.append(claim)
+    t.current[e.actor] = claim
+
+
+def _heartbeat(t: Timeline, e: Entry) -> None:
+    claim = t.current.get(e.actor)
+    if claim is None or claim.ticket != e["ticket"]:
+        return
+    claim.renewed_ms = e.true_ms
+    for run in t.runs:
+        if run.claim is claim and run.end is not None and run.recorded_seq is None:
+            run.recorded_seq = e.seq
+
+
+def _start(t: Timeline, e: Entry) -> None:
+    run = Run(e["message_id"], int(e["attempt"]), e.actor, t.current.get(e.actor), e)
+    t.runs.append(run)
+    t.open_runs[e.actor] = run
+
+
+def _finish(t: Timeline, e: Entry) -> None:
+    run = t.open_runs.get(e.actor)
+    if "duration_ms" not in e.fields or run is None or run.id != e["message_id"]:
+        return  # an outcome without a handler call (malformed, dedup, delivery limit)
+    run.end, run.outcome = e, e["outcome"]
+    run.delay_ms = int(e.get("delay_ms", 0))
+    del t.open_runs[e.actor]
+
+
+def _crash(t: Timeline, e: Entry) -> None:
+    t.crashes.append(e)
+    run = t.open_runs.pop(e.actor, None)
+    if run is not None:
+        run.end, run.outcome = e, "crash"
+    if e.get("wrote_state") == "committed":  # died right after its commit reached S3
+        _commit(t, e)
+
+
+def _commit(t: Timeline, e: Entry) -> None:
+    claim = t.current.get(e.actor)
+    if claim is not None and claim.ticket == e["ticket"]:
+        claim.commit = e
+        claim.renewed_ms = e.true_ms
+    else:
+        claim = None
+    t.commits.append((e, claim))
+    kinds = {str(i): str(k) for i, k in e["outcomes"]}
+    for run in reversed(t.runs):
+        if run.ticket != e["ticket"] or kinds.get(run.id) != run.outcome or run.committed:
+            continue
+        # Its own claim's runs, or an earlier generation's that a heartbeat had written.
+        if run.claim is claim or run.recorded_seq is not None:
+            run.committed = True
+            run.recorded_seq = run.recorded_seq if run.recorded_seq is not None else e.seq
+            kinds.pop(run.id)
+
+
+def _lost(t: Timeline, e: Entry) -> None:
+    claim = t.current.get(e.actor)
+    if claim is not None and claim.ticket == e["ticket"]:
+        claim.lost = e
+
+
+def _expire(t: Timeline, e: Entry) -> None:
+    t.expires.setdefault(e["ticket"], []).append(e)
+    t.reaps.setdefault(e["ticket"], {}).setdefault(int(e["generation"]), e)
+
+
+def _fenced(t: Timeline, e: Entry) -> None:
+    t.fenced[e["ticket"]] = e
+
+
+def _dispatch(t: Timeline, e: Entry) -> None:
+    t.dispatched[e["ticket"]] = e
+
+
+_READERS = {
+    "enqueue": _enqueue,
+    "put_foreign": _foreign,
+    "enqueue_failed": lambda t, e: t.failed_enqueues.append(e),
+    "claim": _claim,
+    "heartbeat": _heartbeat,
+    "handler_start": _start,
+    "handler_finish": _finish,
+    "crash": _crash,
+    "freeze": lambda t, e: t.freezes.append(e),
+    "exec": lambda t, e: t.execs.append(e),
+    "commit": _commit,
+    "lease_lost": _lost,
+    "expire": _expire,
+    "fenced": _fenced,
+    "dispatch": _dispatch,
+    "ticket_write": _write,
+    "ticket_delete": lambda t, e: t.deletes.append(e),
+}

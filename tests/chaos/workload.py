@@ -1,0 +1,192 @@
+"""The message mix of a chaos run, its handler, and what must become of each message.
+
+Every body is ``{"n": <number>, "kind": <kind>, ...}``; the handler behaves by kind:
+
+    ok         returns after a short while
+    flaky      raises on its first `fails` attempts, then succeeds
+    poison     always raises: must reach the DLQ after exactly max_retries retries
+    permanent  raises PermanentError: must reach the DLQ at once
+    slow       takes 1.5 x the visibility timeout (heartbeats, if any, must keep it)
+    killer     outlives the Lambda timeout: the runtime kills its process, every time
+    dedup      enqueued twice with one explicit id: must run as one message
+    grouped    one of a few FIFO groups
+
+and foreign objects in the inbox: empty, binary, invalid JSON (all reach the handler as bytes),
+one larger than ``max_message_bytes`` and a garbage ``msg/`` object (both dead letters).
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from s3queue.config import QueueSettings
+from s3queue.errors import PermanentError, S3QueueError
+from s3queue.model import Message, foreign_id
+from s3queue.producer import Queue
+
+from chaos.history import History
+from chaos.process import Crash
+
+KINDS = ("ok", "flaky", "poison", "permanent", "slow", "killer", "dedup", "grouped")
+
+
+@dataclass(frozen=True)
+class Mix:
+    """Fractions of each kind (the rest is ok), packing, and the foreign objects."""
+
+    flaky: float = 0.12
+    poison: float = 0.04
+    permanent: float = 0.02
+    slow: float = 0.01
+    killer: float = 0.005
+    dedup: float = 0.04
+    grouped: float = 0.04
+    packed: float = 0.4
+    """Share of messages sent with `enqueue_many`, in packs of 2-12."""
+    malformed: bool = True
+    ok_ms: tuple[int, int] = (10, 400)
+
+    def kind(self, rng: random.Random) -> str:
+        draw, edge = rng.random(), 0.0
+        for kind in KINDS[1:]:
+            edge += getattr(self, kind)
+            if draw < edge:
+                return kind
+        return "ok"
+
+
+@dataclass(frozen=True)
+class Spec:
+    n: int
+    kind: str
+    body: dict[str, Any]
+    group: str | None = None
+
+
+def plan(count: int, mix: Mix, settings: QueueSettings, seed: int) -> list[Spec]:
+    """`count` message specs, reproducibly."""
+    rng = random.Random(f"{seed}:workload")
+    specs = []
+    for n in range(count):
+        kind = mix.kind(rng)
+        body: dict[str, Any] = {"n": n, "kind": kind, "ms": rng.randint(*mix.ok_ms)}
+        if kind == "flaky":
+            body["fails"] = rng.randint(1, max(settings.max_retries, 1))
+        elif kind == "slow":
+            body["ms"] = round(settings.visibility_timeout * 1500)
+        elif kind == "killer":
+            body["ms"] = round(settings.timeout * 1000 + 1000)
+        group = f"g{rng.randint(1, 3)}" if kind == "grouped" else None
+        specs.append(Spec(n, kind, body, group))
+    return specs
+
+
+@dataclass
+class Expected:
+    """What the run must end with (filled in as the producer's enqueues are acknowledged)."""
+
+    poison: set[str] = field(default_factory=set)
+    dead_at_once: set[str] = field(default_factory=set)
+    total: int = 0
+
+
+class Producer:
+    """Enqueues specs through a `Queue` and records what was acknowledged."""
+
+    def __init__(self, queue: Queue, history: History, expected: Expected, rng: random.Random):
+        self.queue, self.history, self.expected, self.rng = queue, history, expected, rng
+
+    def send(self, specs: list[Spec], mix: Mix) -> None:
+        """One batch: packed if the mix says so and it can be, else one enqueue each."""
+        plain = [s for s in specs if s.kind not in ("dedup", "grouped")]
+        if len(plain) > 1 and self.rng.random() < mix.packed:
+            self._many(plain)
+            specs = [s for s in specs if s not in plain]
+        for spec in specs:
+            self._one(spec)
+
+    def _many(self, specs: list[Spec]) -> None:
+        try:
+            ids = self.queue.enqueue_many([s.body for s in specs])
+        except S3QueueError as exc:
+            self.history.record(
+                "enqueue_failed", "producer", ns=[s.n for s in specs], error=str(exc)
+            )
+            return
+        for spec, message_id in zip(specs, ids, strict=True):
+            self._acked(spec, message_id)
+
+    def _one(self, spec: Spec) -> None:
+        explicit = f"dedup-{spec.n}" if spec.kind == "dedup" else None
+        acked = False
+        for _ in range(2 if explicit else 1):  # a dedup message is sent twice
+            try:
+                message_id = self.queue.enqueue(spec.body, id=explicit, group=spec.group)
+            except S3QueueError as exc:
+                self.history.record("enqueue_failed", "producer", ns=[spec.n], error=str(exc))
+                continue
+            if not acked:
+                self._acked(spec, message_id)
+                acked = True
+
+    def _acked(self, spec: Spec, message_id: str) -> None:
+        self.expected.total += 1
+        if spec.kind == "poison":
+            self.expected.poison.add(message_id)
+        elif spec.kind == "permanent":
+            self.expected.dead_at_once.add(message_id)
+
+    def put_malformed(self, max_bytes: int) -> None:
+        """The foreign objects of the module docstring, each recorded once it is stored."""
+        keys = self.queue.keys
+        objects = [
+            ("inbox/empty", b"", False),
+            ("inbox/binary.bin", bytes(range(256)), False),
+            ("inbox/bad.json", b'{"unterminated": ', False),
+            ("inbox/huge.json", b"[" + b"1," * (max_bytes // 2) + b"1]", True),
+            ("msg/0000000000001-garbage", b"\x00not an envelope\xff", True),
+            ("msg/foreign name.txt", b"hello from elsewhere", False),
+        ]
+        for name, body, dead in objects:
+            message_id = foreign_id(name)
+            try:
+                self.queue.storage.put(keys.root + name, body)
+            except S3QueueError as exc:
+                self.history.record("enqueue_failed", "producer", ids=[message_id], error=str(exc))
+                continue
+            self.history.record("put_foreign", "producer", id=message_id, key=keys.root + name)
+            self.expected.total += 1
+            if dead:
+                self.expected.dead_at_once.add(message_id)
+
+
+def handler(
+    history: History,
+    owner: str,
+    sleep: Callable[[float], None],
+    now_ms: Callable[[], int],
+    deadline_ms: Callable[[], int],
+) -> Callable[[Message], None]:
+    """The workload's handler for one worker process (see module)."""
+
+    def handle(message: Message) -> None:
+        body = message.body if isinstance(message.body, dict) else {"kind": "raw", "ms": 5}
+        kind = body.get("kind")
+        history.record(
+            "exec", owner, id=message.id, attempt=message.attempt, n=body.get("n"), kind=kind
+        )
+        sleep(int(body.get("ms", 0)) / 1000)
+        if now_ms() > deadline_ms():
+            history.record("crash", owner, where=f"Lambda timeout in the handler of {message.id}")
+            raise Crash("Lambda timeout")
+        if kind == "poison":
+            raise RuntimeError(f"poison {body.get('n')} at attempt {message.attempt}")
+        if kind == "permanent":
+            raise PermanentError(f"permanent {body.get('n')}")
+        if kind == "flaky" and message.attempt <= int(body.get("fails", 0)):
+            raise RuntimeError(f"flaky {body.get('n')} at attempt {message.attempt}")
+
+    return handle
