@@ -21,9 +21,10 @@ from typing import Any
 from s3queue import scan
 from s3queue.clock import Clock, SystemClock
 from s3queue.config import CoordinatorSettings, QueueSettings
+from s3queue.cursor import Cursor, msg_keys
 from s3queue.errors import Conflict, MalformedMessage
 from s3queue.events import Emitter, Listener
-from s3queue.keys import QueueKeys, check_queue_name, parse_msg_name, parse_ticket_name
+from s3queue.keys import MsgKey, QueueKeys, check_queue_name, parse_msg_name, parse_ticket_name
 from s3queue.lease import LeaderLease
 from s3queue.model import Ref, Ticket
 from s3queue.storage.base import Entry, Storage, new_token
@@ -65,16 +66,9 @@ class TickResult:
 class _Memory:
     """The leader's view; rebuilt from S3 at every new epoch."""
 
+    cursor: Cursor
     epoch: int = 0
     next_seq: int = 0
-    cursor: str = ""
-    """The incremental scan's start_after key ("" lists from the first message)."""
-    rewind_ms: int | None = None
-    """A one-page scan from here, behind the cursor, where a finished group ticket's released
-    messages and successors wait: apart from the cursor, so a group never holds it back."""
-    wakeups: dict[int, int] = field(default_factory=dict)
-    next_in_group: dict[str, int] = field(default_factory=dict)
-    swept_ms: int = 0
     known: dict[str, Known] = field(default_factory=dict)
 
 
@@ -111,16 +105,19 @@ class Coordinator:
             skew_ms=_ms(self.config.skew_tolerance),
             epochs=self._ticket_epochs,
         )
-        self.memory = _Memory()
+        self.memory = self._fresh()
+
+    def _fresh(self, epoch: int = 0) -> _Memory:
+        return _Memory(Cursor(self.keys, self.config), epoch=epoch)
 
     def tick(self) -> TickResult:
         """Lead if possible, then reconcile tickets and dispatch what is ready."""
         if not self.lease.ensure():
-            self.memory = _Memory()
+            self.memory = self._fresh()
             self.emit("not_leader", self.clock.now_ms(), owner=self.owner)
             return TickResult(leader=False)
         if self.lease.epoch != self.memory.epoch:
-            self.memory = _Memory(epoch=self.lease.epoch)
+            self.memory = self._fresh(self.lease.epoch)
             self.emit("takeover", self.clock.now_ms(), epoch=self.lease.epoch, owner=self.owner)
         listed = self._list_tickets()
         if self.lease.pending_seals() and not self._seal(listed):
@@ -154,7 +151,7 @@ class Coordinator:
         if self.lease.leading:
             self.lease.release(self.memory.next_seq - 1)
             self.emit("release", self.clock.now_ms(), epoch=self.memory.epoch)
-        self.memory = _Memory()
+        self.memory = self._fresh()
 
     def _ticket_epochs(self) -> set[int]:
         names = (e.key[len(self.keys.tickets) :] for e in self._list_tickets())
@@ -232,20 +229,7 @@ class Coordinator:
 
     def _forget(self, key: str) -> None:
         known = self.memory.known.pop(key)
-        # A group's next messages, its released ones and its FIFO retry wait behind the
-        # cursor; ungrouped copies are written ahead of it (apply.py) and need no rewind.
-        sorts = []
-        for ref in known.ticket.refs:
-            parsed = _msg_key(self, ref.key)
-            if parsed is not None and parsed.group is not None:
-                sorts.append(parsed.sort_ms)
-                sorts.extend(filter(None, [self.memory.next_in_group.pop(parsed.group, None)]))
-        if sorts:
-            self._rewind(min(sorts))
-
-    def _rewind(self, sort_ms: int) -> None:
-        rewind = self.memory.rewind_ms
-        self.memory.rewind_ms = sort_ms if rewind is None else min(rewind, sort_ms)
+        self.memory.cursor.finished(msg_keys(self.keys, (r.key for r in known.ticket.refs)))
 
     def _check(self, entry: Entry, known: Known, now: int) -> int:
         """Re-invoke a ticket nobody works on; reap one whose claim expired. 1 if reaped."""
@@ -271,24 +255,10 @@ class Coordinator:
         return 0
 
     def _reap(self, key: str, known: Known, now: int) -> int:
-        """Expired claim: new generation, unfinished refs count a redelivery (fences the holder)."""
-        ticket = known.ticket
-        finished = ticket.finished()
-        for ref in ticket.refs:
-            count = parsed.count if (parsed := _msg_key(self, ref.key)) else 1
-            if sum(1 for r, _ in finished if r == ref.key) < count:
-                ref.redeliveries += 1
-        ticket.history.append(
-            {
-                "event": "expired",
-                "owner": ticket.owner,
-                "gen": ticket.generation,
-                "lease_until": ticket.lease_until_ms,
-                "at": now,
-            }
-        )
-        ticket.state, ticket.owner, ticket.lease_until_ms = "pending", None, 0
-        ticket.generation += 1
+        """Expired claim: CAS the ticket to a new generation, then invoke a worker again."""
+        ticket, owner = known.ticket, known.ticket.owner
+        counts = {p.key: p.count for p in self._parsed(ticket)}
+        ticket.expire(now, counts)
         token = new_token()
         try:
             known.etag = self.storage.put(
@@ -298,13 +268,7 @@ class Coordinator:
             self.emit("lost_race", now, ticket=key, op="reap")
             self.memory.known.pop(key, None)
             return 0
-        self.emit(
-            "expire",
-            now,
-            ticket=key,
-            generation=ticket.generation,
-            owner=ticket.history[-1]["owner"],
-        )
+        self.emit("expire", now, ticket=key, generation=ticket.generation, owner=owner)
         self._invoke(key, known, now, reason="redeliver")
         return 1
 
@@ -317,7 +281,8 @@ class Coordinator:
                 leader=True, live_tickets=live, reaped=reaped, in_flight=self._in_flight_messages()
             )
         in_flight = {r.key for k in memory.known.values() for r in k.ticket.refs}
-        candidates, stopped = self._scan(now, in_flight, capacity * self.settings.batch_size)
+        want = capacity * self.settings.batch_size
+        candidates, stopped = memory.cursor.read(self.storage, now, in_flight, want)
         planner = scan.Planner(
             now_ms=now,
             batch_size=self.settings.batch_size,
@@ -328,7 +293,7 @@ class Coordinator:
         )
         plan = planner.run(candidates)
         dispatched = sum(self._publish(batch, now) for batch in plan.batches)
-        self._advance_cursor(plan, stopped, now)
+        memory.cursor.advance(plan, stopped, now)
         ready = [c.ready_ms for c in candidates if c.key not in in_flight and c.ready_ms <= now]
         return TickResult(
             leader=True,
@@ -340,71 +305,17 @@ class Coordinator:
             oldest_ready_ms=min(ready) if ready else None,
         )
 
+    def _parsed(self, ticket: Ticket) -> list[_Ref]:
+        return [_Ref(r.key, _msg_key(self, r.key)) for r in ticket.refs]
+
+    def _live_refs(self) -> list[_Ref]:
+        return [r for known in self.memory.known.values() for r in self._parsed(known.ticket)]
+
     def _in_flight_messages(self) -> int:
-        total = 0
-        for known in self.memory.known.values():
-            for ref in known.ticket.refs:
-                parsed = _msg_key(self, ref.key)
-                total += parsed.count if parsed is not None else 1
-        return total
+        return sum(r.count for r in self._live_refs())
 
     def _busy_groups(self) -> set[str]:
-        groups: set[str] = set()
-        for known in self.memory.known.values():
-            for ref in known.ticket.refs:
-                parsed = _msg_key(self, ref.key)
-                if parsed is not None and parsed.group is not None:
-                    groups.add(parsed.group)
-        return groups
-
-    def _scan(self, now: int, in_flight: set[str], want: int) -> tuple[list[scan.Candidate], str]:
-        """Candidates from the inbox's first page, one page from the rewind point if any, and
-        pages from the cursor until `want` new ones (at most ``scan_pages``): a tick reads what
-        it can dispatch, never the backlog. Also the last key read if it stopped short."""
-        memory = self.memory
-        if now - memory.swept_ms >= _ms(self.config.sweep_interval):
-            memory.cursor, memory.swept_ms = "", now  # the periodic sweep for stragglers
-            memory.rewind_ms, memory.wakeups, memory.next_in_group = None, {}, {}
-        for sort_ms, due in list(memory.wakeups.items()):
-            if due <= now:
-                del memory.wakeups[sort_ms]
-                self._rewind(sort_ms)
-        found = {e.key: scan.inbox_candidate(e) for e in self.storage.list(self.keys.inbox).entries}
-        if memory.rewind_ms is not None:
-            if self.keys.msg_after(memory.rewind_ms) < memory.cursor:
-                self._msg_page(self.keys.msg_after(memory.rewind_ms), found)
-            memory.rewind_ms = None
-        start, stopped = memory.cursor or None, ""
-        for _ in range(self.config.scan_pages):
-            stopped = self._msg_page(start, found)
-            if not stopped or found[stopped].sort_ms > now:
-                return _ordered(found), ""
-            start = stopped
-            if sum(1 for key in found if key not in in_flight) >= want:
-                break
-        return _ordered(found), stopped
-
-    def _msg_page(self, start: str | None, found: dict[str, scan.Candidate]) -> str:
-        """One LIST of msg/ into `found`; its last key when truncated, else ""."""
-        page = self.storage.list(self.keys.msg, start_after=start)
-        for entry in page.entries:
-            found[entry.key] = scan.msg_candidate(entry, entry.key[len(self.keys.msg) :])
-        return page.entries[-1].key if page.truncated and page.entries else ""
-
-    def _advance_cursor(self, plan: scan.Plan, stopped: str, now: int) -> None:
-        """Resume at the first message held back by capacity; else where the scan stopped;
-        else, having read up to now, a straggler margin before now."""
-        memory = self.memory
-        memory.wakeups.update(plan.wakeups)
-        for group, sort_ms in plan.next_in_group.items():
-            memory.next_in_group[group] = min(sort_ms, memory.next_in_group.get(group, sort_ms))
-        held = plan.hold_key
-        if held is not None:
-            memory.cursor = held[:-1]  # lists from `held` on (and its few same-prefix elders)
-        elif stopped:
-            memory.cursor = stopped
-        else:
-            memory.cursor = self.keys.msg_after(now - _ms(self.config.straggler_margin))
+        return {r.parsed.group for r in self._live_refs() if r.parsed and r.parsed.group}
 
     def _publish(self, batch: list[scan.Candidate], now: int) -> int:
         """Create one ticket (If-None-Match) and start a worker on it; its message count."""
@@ -445,11 +356,17 @@ class Coordinator:
             self.emit("reinvoke", now, ticket=key, reason=reason)
 
 
-def _ordered(found: dict[str, scan.Candidate]) -> list[scan.Candidate]:
-    return sorted(found.values(), key=lambda c: (c.sort_ms, c.key))
+@dataclass(frozen=True, slots=True)
+class _Ref:
+    key: str
+    parsed: MsgKey | None
+
+    @property
+    def count(self) -> int:
+        return self.parsed.count if self.parsed is not None else 1
 
 
-def _msg_key(coordinator: Coordinator, key: str) -> Any:
+def _msg_key(coordinator: Coordinator, key: str) -> MsgKey | None:
     prefix = coordinator.keys.msg
     return parse_msg_name(key[len(prefix) :]) if key.startswith(prefix) else None
 

@@ -240,3 +240,25 @@ class Ticket:
 
     def finished(self) -> set[tuple[str, str]]:
         return {(o.ref, o.id) for o in self.outcomes}
+
+    def expire(self, now_ms: int, counts: dict[str, int]) -> None:
+        """An expired claim back to pending as a new generation (which fences the holder).
+
+        Each ref with a message not finished yet counts one more delivery; `counts` gives the
+        number of messages of a packed ref (1 when absent).
+        """
+        finished = self.finished()
+        for ref in self.refs:
+            if sum(1 for r, _ in finished if r == ref.key) < counts.get(ref.key, 1):
+                ref.redeliveries += 1
+        self.history.append(
+            {
+                "event": "expired",
+                "owner": self.owner,
+                "gen": self.generation,
+                "lease_until": self.lease_until_ms,
+                "at": now_ms,
+            }
+        )
+        self.state, self.owner, self.lease_until_ms = "pending", None, 0
+        self.generation += 1

@@ -1,0 +1,122 @@
+"""Where the coordinator reads ``msg/`` from: a cursor, a rewind point, wake-ups and sweeps.
+
+A tick must cost O(new messages), never O(backlog). The cursor is a ``start_after`` key:
+
+- with capacity left over and the end reached, it moves to ``now - straggler_margin``, so a
+  message whose PUT landed late (or whose producer's clock is a little behind) is still seen;
+- when capacity runs out it stays at the first message held back;
+- every ``sweep_interval`` it goes back to the start once, for stragglers beyond the margin.
+
+A busy group's later messages are skipped, and the cursor moves past them. When the group's
+ticket finishes, a one-page *rewind* reads from the group's next message (and the ticket's
+released ones), apart from the cursor, so a long backlog in one group never holds the cursor
+back for everyone else. A group head in backoff schedules a wake-up: a rewind once it is due.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from s3queue import scan
+from s3queue.config import CoordinatorSettings
+from s3queue.keys import MsgKey, QueueKeys, parse_msg_name
+from s3queue.storage.base import Storage
+
+
+@dataclass(slots=True)
+class Cursor:
+    """The scan state of one leader; rebuilt (from the start) at every new epoch."""
+
+    keys: QueueKeys
+    config: CoordinatorSettings
+    start_after: str = ""
+    rewind_ms: int | None = None
+    wakeups: dict[int, int] = field(default_factory=dict)
+    """sort time -> due time of group heads in backoff."""
+    next_in_group: dict[str, int] = field(default_factory=dict)
+    """group -> sort time of its first message held back while the group was busy."""
+    swept_ms: int = 0
+
+    def read(
+        self, storage: Storage, now: int, in_flight: set[str], want: int
+    ) -> tuple[list[scan.Candidate], str]:
+        """Candidates from the inbox's first page, one page from the rewind point if any, and
+        pages from the cursor until `want` new ones (at most ``scan_pages``). Also the last key
+        read if the scan stopped short of now."""
+        self._due(now)
+        inbox = storage.list(self.keys.inbox).entries
+        found = {e.key: scan.inbox_candidate(e) for e in inbox}
+        if self.rewind_ms is not None:
+            if self.keys.msg_after(self.rewind_ms) < self.start_after:
+                self._page(storage, self.keys.msg_after(self.rewind_ms), found)
+            self.rewind_ms = None
+        start, stopped = self.start_after or None, ""
+        for _ in range(self.config.scan_pages):
+            stopped = self._page(storage, start, found)
+            if not stopped or found[stopped].sort_ms > now:
+                return _ordered(found), ""
+            start = stopped
+            if sum(1 for key in found if key not in in_flight) >= want:
+                break
+        return _ordered(found), stopped
+
+    def advance(self, plan: scan.Plan, stopped: str, now: int) -> None:
+        """Resume at the first message held back by capacity; else where the scan stopped;
+        else, having read up to now, a straggler margin before now."""
+        self.wakeups.update(plan.wakeups)
+        for group, sort_ms in plan.next_in_group.items():
+            self.next_in_group[group] = min(sort_ms, self.next_in_group.get(group, sort_ms))
+        held = plan.hold_key
+        if held is not None:
+            self.start_after = held[:-1]  # lists from `held` on (and its few same-prefix elders)
+        elif stopped:
+            self.start_after = stopped
+        else:
+            margin = round(self.config.straggler_margin * 1000)
+            self.start_after = self.keys.msg_after(now - margin)
+
+    def finished(self, refs: Iterable[MsgKey]) -> None:
+        """A ticket is gone: rewind to its groups' released messages and next in line.
+
+        Ungrouped copies are written ahead of the cursor (apply.py) and need no rewind.
+        """
+        sorts: list[int] = []
+        for parsed in refs:
+            if parsed.group is not None:
+                sorts.append(parsed.sort_ms)
+                following = self.next_in_group.pop(parsed.group, None)
+                if following is not None:
+                    sorts.append(following)
+        if sorts:
+            self._rewind(min(sorts))
+
+    def _due(self, now: int) -> None:
+        if now - self.swept_ms >= round(self.config.sweep_interval * 1000):
+            self.start_after, self.swept_ms = "", now  # the periodic sweep for stragglers
+            self.rewind_ms, self.wakeups, self.next_in_group = None, {}, {}
+        for sort_ms, due in list(self.wakeups.items()):
+            if due <= now:
+                del self.wakeups[sort_ms]
+                self._rewind(sort_ms)
+
+    def _rewind(self, sort_ms: int) -> None:
+        self.rewind_ms = sort_ms if self.rewind_ms is None else min(self.rewind_ms, sort_ms)
+
+    def _page(self, storage: Storage, start: str | None, found: dict[str, scan.Candidate]) -> str:
+        """One LIST of msg/ into `found`; its last key when truncated, else ""."""
+        page = storage.list(self.keys.msg, start_after=start)
+        prefix = len(self.keys.msg)
+        for entry in page.entries:
+            found[entry.key] = scan.msg_candidate(entry, entry.key[prefix:])
+        return page.entries[-1].key if page.truncated and page.entries else ""
+
+
+def _ordered(found: dict[str, scan.Candidate]) -> list[scan.Candidate]:
+    return sorted(found.values(), key=lambda c: (c.sort_ms, c.key))
+
+
+def msg_keys(keys: QueueKeys, names: Iterable[str]) -> list[MsgKey]:
+    """The parsed ``msg/`` keys among `names` (inbox keys and foreign names are skipped)."""
+    parsed = (parse_msg_name(n[len(keys.msg) :]) for n in names if n.startswith(keys.msg))
+    return [p for p in parsed if p is not None]
