@@ -35,6 +35,11 @@ format: install
 demo: install
 	$(VENV)/bin/s3queue demo
 
+## make bench: throughput, latency, cost, idle, scale and cold-start figures into
+## bench/results/<date>/ (BENCH_ARGS="--quick", or "--endpoint-url URL --bucket NAME" for any S3)
+bench: install
+	$(PY) -m bench.run $(BENCH_ARGS)
+
 clean:
 	rm -rf $(VENV) cdk.out .mypy_cache .ruff_cache .pytest_cache
 

@@ -1,0 +1,1 @@
+"""Benchmarks of S3Queue: throughput, latency, cost, idle, scale and cold start (`make bench`)."""

@@ -1,0 +1,78 @@
+"""`Plan`: every size and duration of a benchmark run, in one frozen dataclass.
+
+``DEFAULT`` is what ``make bench`` runs (about five minutes on a 2-core machine), ``QUICK`` a
+one-minute pass of the same scenarios (``--quick``), ``SMOKE`` the seconds-long pass the
+smoke test runs. Each scenario writes the parameters it used next to its results.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, replace
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Sizes and durations of one run."""
+
+    # throughput
+    messages: int = 2_000
+    workers: tuple[int, ...] = (1, 4, 16)
+    ceiling_seconds: float = 8.0
+    # latency
+    latency_workers: int = 4
+    steady_rate: float = 5.0
+    """Messages per second of the steady low-rate stream."""
+    steady_seconds: float = 30.0
+    backlog: int = 1_000
+    """Messages enqueued at once (8 producer threads) while the runtime runs."""
+    # idle
+    idle_windows: tuple[float, ...] = (20.0, 5.0, 40.0)
+    """Idle periods of the local runtime; each ends with one message (first-message latency)."""
+    lambda_queues: int = 3
+    # cost
+    cost_single: int = 1_000
+    cost_packed: int = 1_000
+    pack_sizes: tuple[int, ...] = (10, 100, 1_000)
+    # scale
+    scale_backlogs: tuple[int, ...] = (1_000, 10_000, 100_000)
+    scale_rounds: int = 4
+    scale_in_flight: int = 8
+    # cold start
+    import_runs: int = 5
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+DEFAULT = Plan()
+QUICK = replace(
+    DEFAULT,
+    messages=500,
+    ceiling_seconds=3.0,
+    steady_seconds=10.0,
+    backlog=300,
+    idle_windows=(6.0, 2.0),
+    cost_single=200,
+    scale_backlogs=(1_000, 10_000),
+    scale_rounds=3,
+    import_runs=3,
+)
+SMOKE = replace(
+    QUICK,
+    messages=40,
+    workers=(1, 4),
+    ceiling_seconds=0.3,
+    steady_rate=10.0,
+    steady_seconds=1.0,
+    backlog=30,
+    idle_windows=(0.5,),
+    lambda_queues=2,
+    cost_single=20,
+    cost_packed=100,
+    pack_sizes=(100,),
+    scale_backlogs=(200, 400),
+    scale_rounds=2,
+    scale_in_flight=4,
+    import_runs=1,
+)

@@ -1,0 +1,249 @@
+"""Writing a run: ``results.json`` (everything), ``results.md`` (tables) and the PNG plots."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from bench import headline, plots
+
+Results = dict[str, Any]
+
+
+def write(out: Path, results: Results) -> list[Path]:
+    """Every output file of a run, written into `out`; their paths."""
+    out.mkdir(parents=True, exist_ok=True)
+    written = [out / "results.json"]
+    written[0].write_text(json.dumps(results, indent=1, sort_keys=False) + "\n")
+    images = plots.write_all(out, results)
+    md = out / "results.md"
+    md.write_text(markdown(results, [p.name for p in images]))
+    return [*written, md, *images]
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    """A Markdown table; numbers right-aligned."""
+    align = [
+        "---:" if rows and isinstance(rows[0][i], int | float) else "---"
+        for i in range(len(headers))
+    ]
+    lines = ["| " + " | ".join(headers) + " |", "| " + " | ".join(align) + " |"]
+    lines += ["| " + " | ".join(_cell(v) for v in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def _cell(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:,.3f}".rstrip("0").rstrip(".") if value < 10 else f"{value:,.1f}"
+    if isinstance(value, int):
+        return f"{value:,}"
+    return str(value)
+
+
+def headline_table(results: Results) -> str:
+    rows = [(r.what, r.measured, r.target, r.verdict) for r in headline.rows(results)]
+    return table(["", "measured", "target", ""], rows)
+
+
+def markdown(results: Results, images: list[str]) -> str:
+    meta = results["meta"]
+    parts = [
+        f"# S3Queue benchmark, {meta['date']}",
+        f"`{meta['command']}` against {meta['target']}, on {meta['machine']}. "
+        f"Load average (1/5/15 min) {meta['load_start']} at start, {meta['load_end']} at end; "
+        f"{meta['seconds']:.0f} s in all.",
+        "## Headline",
+        headline_table(results),
+    ]
+    for name, section in SECTIONS:
+        data = results["scenarios"].get(name)
+        if data is None:
+            continue
+        parts.append(f"## {name.capitalize()}")
+        if "error" in data:
+            parts.append(f"Failed: `{data['error']}`")
+            continue
+        parts.append("Parameters: " + _params(data.get("params", {})))
+        parts.extend(section(data))
+        parts.extend(f"![{name}]({image})" for image in images if image.startswith(name))
+    return "\n\n".join(parts) + "\n"
+
+
+def _params(params: dict[str, Any]) -> str:
+    return "; ".join(f"{k} = {v}" for k, v in params.items())
+
+
+def _throughput(data: Results) -> list[str]:
+    rows = [
+        (
+            p["workers"],
+            p["ceiling_ops_per_s"],
+            p["s3_ops_per_s"],
+            p["fraction_of_ceiling"],
+            p["messages_per_s"],
+            p["per_message"]["total"],
+            p["enqueue_per_s"],
+            str(p["load"]["after"][0]),
+        )
+        for p in data["points"]
+    ]
+    headers = [
+        "workers",
+        "ceiling S3 ops/s",
+        "runtime S3 ops/s",
+        "fraction",
+        "messages/s",
+        "requests/message (runtime)",
+        "enqueue msg/s",
+        "load",
+    ]
+    note = (
+        "Requests per message here are the runtime's (coordinator, workers, polling); the "
+        "enqueue PUT (1 per message) is not included. The ceiling uses W threads; the "
+        "runtime runs W workers plus the coordinator loop, so it can exceed 1 at small W."
+    )
+    return [table(headers, rows), note]
+
+
+def _latency(data: Results) -> list[str]:
+    rows = [
+        (
+            name,
+            d.get("count", 0),
+            d.get("p50", 0.0),
+            d.get("p95", 0.0),
+            d.get("p99", 0.0),
+            d.get("max", 0.0),
+        )
+        for name, d in (("steady", data["steady"]), ("backlog", data["backlog"]))
+    ]
+    backlog = data["backlog"]
+    note = (
+        f"Backlog: {data['params']['backlog']} messages enqueued in "
+        f"{backlog.get('enqueue_seconds')} s; first enqueue to last handler start "
+        f"{backlog.get('span_seconds')} s."
+    )
+    return [table(["case", "messages", "p50 ms", "p95 ms", "p99 ms", "max ms"], rows), note]
+
+
+def _cost(data: Results) -> list[str]:
+    rows = []
+    for m in data["modes"]:
+        per, role = m["per_message"], m["per_message_by_role"]
+        rows.append(
+            (
+                m["mode"],
+                m["messages"],
+                per["PUT"],
+                per["GET"],
+                per["LIST"],
+                per["DELETE"],
+                per["total"],
+                role["enqueue"],
+                role["coordinator"],
+                role["worker"],
+                f"${m['usd_per_million']:.2f}",
+            )
+        )
+    rows += [
+        (f"SQS standard, {name}", "", "", "", "", "", "", "", "", "", f"${usd:.2f}")
+        for name, usd in data["sqs"].items()
+    ]
+    headers = [
+        "mode",
+        "messages",
+        "PUT",
+        "GET",
+        "LIST",
+        "DELETE",
+        "total/msg",
+        "enqueue",
+        "coordinator",
+        "worker",
+        "$ per million",
+    ]
+    return [table(headers, rows)]
+
+
+def _idle(data: Results) -> list[str]:
+    rows = [
+        (
+            w["seconds"],
+            w["requests"]["LIST"],
+            sum(w["requests"].values()),
+            w["per_minute"],
+            w["first_message_latency_ms"],
+        )
+        for w in data["local"]["windows"]
+    ]
+    local = table(
+        ["idle window s", "LIST", "all requests", "per minute", "next message latency ms"], rows
+    )
+    inv = data["lambda_idle"]
+    busy = data["lambda_busy_minute"]
+    coordinator = busy["coordinator_requests"]
+    text = (
+        f"Coordinator Lambda, idle: {inv['invocations']} invocations of the real handler "
+        f"over {inv['queues']} queues sent {inv['requests']} — "
+        f"**{inv['per_invocation_per_queue']:g} request per queue per run** (handler "
+        f"{inv['handler_ms']} ms; the first builds the container). A run that finds one "
+        f"message (serve on a FakeClock, default ServeSettings): coordinator "
+        f"{coordinator} = {sum(coordinator.values())} requests over "
+        f"{busy['run_seconds_on_fake_clock']} s ({busy['serve']['ticks']} ticks), worker "
+        f"{busy['worker_requests']}."
+    )
+    return [local, text]
+
+
+def _scale(data: Results) -> list[str]:
+    rows = []
+    for p in data["points"]:
+        s = p["summary"]
+        rows.append(
+            (
+                p["backlog"],
+                str(s["dispatch"]["requests"]),
+                s["dispatch"]["median_ms"],
+                str(s["saturated"]["requests"]),
+                s["saturated"]["median_ms"],
+                str(p["ticks"][0]["requests"]),
+                p["ticks"][0]["ms"],
+            )
+        )
+    headers = ["pending", "dispatching tick", "ms", "saturated tick", "ms", "takeover tick", "ms"]
+    writes = table(
+        ["objects written", "method", "seconds", "objects/s"],
+        [(w["objects"], w["method"], w["seconds"], w["per_s"]) for w in data["backlog_writes"]],
+    )
+    return [
+        table(headers, rows),
+        f"Same request mix at every size: **{data['flat']}**.",
+        "Writing the backlog:",
+        writes,
+    ]
+
+
+def _coldstart(data: Results) -> list[str]:
+    rows = []
+    for name, variants in data["imports"].items():
+        for variant, r in variants.items():
+            top = ", ".join(f"{t['module']} {t['cumulative_ms']:g}" for t in r["top"][:4])
+            rows.append((name, variant, r["median_ms"], top))
+    layer = data["layer"]
+    size = (
+        f"Layer: {layer['files']} files, {layer['bytes']:,} bytes, "
+        f"{layer['zip_bytes']:,} bytes zipped."
+    )
+    return [table(["function", "variant", "import ms (median)", "biggest imports, ms"], rows), size]
+
+
+SECTIONS: list[tuple[str, Callable[[Results], list[str]]]] = [
+    ("throughput", _throughput),
+    ("latency", _latency),
+    ("cost", _cost),
+    ("idle", _idle),
+    ("scale", _scale),
+    ("coldstart", _coldstart),
+]

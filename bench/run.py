@@ -1,0 +1,157 @@
+"""``python -m bench.run``: run the benchmarks and write ``bench/results/<date>/``.
+
+    make bench                                  # embedded SeaweedFS, default sizes (~5 min)
+    make bench BENCH_ARGS=--quick               # the same scenarios, smaller (~1.5 min)
+    python -m bench.run --endpoint-url https://s3.eu-west-1.amazonaws.com --bucket my-bucket
+    python -m bench.run --only cost,scale --scale 1000,10000
+
+A scenario that fails is reported (its error in the results) and the others still run; the
+exit code is then 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import platform
+import shlex
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import replace
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from bench import coldstart, cost, idle, latency, report, scale, throughput
+from bench.measure import load
+from bench.plan import DEFAULT, QUICK, SMOKE, Plan
+from bench.progress import Progress
+from bench.target import Target
+
+ROOT = Path(__file__).resolve().parents[1]
+Scenario = Callable[[Target, Plan, Progress], dict[str, Any]]
+SCENARIOS: dict[str, Scenario] = {
+    "throughput": throughput.run,
+    "latency": latency.run,
+    "cost": cost.run,
+    "idle": idle.run,
+    "scale": scale.run,
+    "coldstart": coldstart.run,
+}
+WEIGHTS = {"throughput": 50, "latency": 45, "cost": 25, "idle": 75, "scale": 120, "coldstart": 10}
+"""Rough seconds each scenario takes at default sizes: the progress bar's proportions."""
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m bench.run", description=__doc__.split("\n")[0])
+    size = parser.add_mutually_exclusive_group()
+    size.add_argument("--quick", action="store_true", help="smaller sizes, about 1.5 minutes")
+    size.add_argument("--smoke", action="store_true", help="tiny sizes (the smoke test)")
+    parser.add_argument("--endpoint-url", help="any S3 endpoint instead of the embedded server")
+    parser.add_argument("--bucket", help="an existing bucket there (required with --endpoint-url)")
+    parser.add_argument("--out", type=Path, help="output folder (default bench/results/<date>)")
+    parser.add_argument("--only", help=f"comma-separated subset of {','.join(SCENARIOS)}")
+    parser.add_argument("--messages", type=int, help="throughput: messages per worker count")
+    parser.add_argument("--workers", help="throughput: worker counts, e.g. 1,4,16")
+    parser.add_argument("--scale", help="scale: backlog sizes, e.g. 1000,10000,100000")
+    return parser.parse_args(argv)
+
+
+def choose_plan(args: argparse.Namespace) -> Plan:
+    plan = SMOKE if args.smoke else QUICK if args.quick else DEFAULT
+    if args.messages:
+        plan = replace(plan, messages=args.messages)
+    if args.workers:
+        plan = replace(plan, workers=_ints(args.workers))
+    if args.scale:
+        plan = replace(plan, scale_backlogs=_ints(args.scale))
+    return plan
+
+
+def _ints(text: str) -> tuple[int, ...]:
+    return tuple(int(part.replace("_", "")) for part in text.split(",") if part.strip())
+
+
+def selected(args: argparse.Namespace) -> list[str]:
+    names = [n.strip() for n in args.only.split(",")] if args.only else list(SCENARIOS)
+    unknown = [n for n in names if n not in SCENARIOS]
+    if unknown:
+        raise SystemExit(f"unknown scenarios {unknown}; choose from {list(SCENARIOS)}")
+    return names
+
+
+def meta(argv: list[str], args: argparse.Namespace, plan: Plan, target: Target) -> dict[str, Any]:
+    mode = "smoke" if args.smoke else "quick" if args.quick else "default"
+    return {
+        "date": datetime.date.today().isoformat(),
+        "started": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "command": " ".join(["python -m bench.run", shlex.join(argv)]).strip(),
+        "mode": mode,
+        "target": target.describe(),
+        "machine": f"{platform.system()} {platform.machine()}, {os.cpu_count()} CPUs, "
+        f"Python {platform.python_version()}, boto3 {metadata.version('boto3')}",
+        "commit": _commit(),
+        "load_start": load(),
+        "plan": plan.to_dict(),
+    }
+
+
+def _commit() -> str:
+    try:
+        done = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=10,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return "?"
+    return done.stdout.strip()
+
+
+def run_all(target: Target, plan: Plan, names: list[str]) -> dict[str, Any]:
+    """Each scenario in turn; a failure is recorded and the next one runs."""
+    progress = Progress({name: WEIGHTS[name] for name in names})
+    results: dict[str, Any] = {}
+    for name in names:
+        progress.start(name)
+        started = time.monotonic()
+        try:
+            data = SCENARIOS[name](target, plan, progress)
+        except Exception as exc:  # noqa: BLE001 - reported in the results; the others still run
+            data = {"error": f"{type(exc).__name__}: {exc}"}
+        data["seconds"] = round(time.monotonic() - started, 1)
+        results[name] = data
+        progress.finish()
+    progress.close()
+    return results
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    args = parse_args(argv)
+    plan, names = choose_plan(args), selected(args)
+    started = time.monotonic()
+    with Target(args.endpoint_url, args.bucket) as target:
+        info = meta(argv, args, plan, target)
+        scenarios = run_all(target, plan, names)
+    info["load_end"] = load()
+    info["seconds"] = round(time.monotonic() - started, 1)
+    results = {"meta": info, "scenarios": scenarios}
+    out = args.out or ROOT / "bench" / "results" / info["date"]
+    files = report.write(out, results)
+    print(report.headline_table(results))
+    print("\nwrote " + ", ".join(str(f.relative_to(out)) for f in files) + f" in {out}")
+    failed = [name for name, data in scenarios.items() if "error" in data]
+    for name in failed:
+        print(f"scenario {name} failed: {scenarios[name]['error']}", file=sys.stderr)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
