@@ -94,6 +94,19 @@ class Invocations:
             actor.wait()
 
 
+class Deadline:
+    """A point in time on one clock: a Lambda invocation's end."""
+
+    def __init__(self, clock: Clock, after_ms: int) -> None:
+        self.clock, self.at_ms = clock, clock.now_ms() + after_ms
+
+    def at(self) -> int:
+        return self.at_ms
+
+    def remaining(self) -> int:
+        return self.at_ms - self.clock.now_ms()
+
+
 @dataclass
 class World:
     """What every actor of one run shares."""
@@ -142,11 +155,11 @@ def coordinator_schedule(world: World, role: Role) -> Callable[[Actor], None]:
                 owner=owner,
                 listener=world.history.listener(owner),
             )
-            end = clock.now_ms() + round(world.run_s * 1000)
+            run_ends = Deadline(clock, round(world.run_s * 1000))
             try:
                 serve(
                     [coordinator],
-                    remaining_ms=lambda end=end, clock=clock: end - clock.now_ms(),
+                    remaining_ms=run_ends.remaining,
                     clock=clock,
                     settings=world.serving,
                 )
@@ -187,12 +200,10 @@ def _serve_invocations(world: World, role: Role, actor: Actor, owner: str) -> No
     timeout_ms = world.settings.timeout * 1000
     while True:
         payload = world.invocations.take(actor)
-        deadline = clock.now_ms() + timeout_ms
-        handle = workload.handler(
-            world.history, owner, clock.sleep, clock.now_ms, lambda deadline=deadline: deadline
-        )
+        deadline = Deadline(clock, timeout_ms)
+        handle = workload.handler(world.history, owner, clock.sleep, clock.now_ms, deadline.at)
         try:
-            worker.process(payload, handle, remaining_ms=lambda d=deadline: d - clock.now_ms())
+            worker.process(payload, handle, remaining_ms=deadline.remaining)
         except S3QueueError as exc:  # as the worker Lambda: logged, the lease protocol recovers
             world.history.record(
                 "worker_error", owner, ticket=payload["ticket"], error=_describe(exc)

@@ -38,12 +38,13 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import unquote
 
 from botocore.awsrequest import AWSResponse
 from botocore.exceptions import ConnectionClosedError
 from botocore.httpsession import URLLib3Session
 from s3queue.errors import Conflict, StorageError
-from s3queue.storage.base import Entry, Head, Object, Page, Storage
+from s3queue.storage.base import Head, Object, Page, Storage
 
 from chaos.history import History
 
@@ -104,11 +105,23 @@ class FaultLog:
 
 
 class S3Faults:
-    """A botocore ``before-send`` hook that answers some requests with faults (see module)."""
+    """A botocore ``before-send`` hook that answers some requests with faults (see module).
 
-    def __init__(self, plan: FaultPlan, log: FaultLog | None = None) -> None:
+    `only` narrows the requests that may get a fault (by operation and key), `limit` caps how
+    many faults it injects: together they aim one fault at one chosen request.
+    """
+
+    def __init__(
+        self,
+        plan: FaultPlan,
+        log: FaultLog | None = None,
+        *,
+        only: Callable[[str, str], bool] | None = None,
+        limit: int | None = None,
+    ) -> None:
         self.plan = plan
         self.log = log or FaultLog()
+        self.only, self.limit = only, limit
         self._session = URLLib3Session()
         self.enabled = True
 
@@ -119,11 +132,15 @@ class S3Faults:
     def __call__(self, request: Any, event_name: str = "", **_: Any) -> AWSResponse | None:
         if not self.enabled:
             return None
-        operation = event_name.rsplit(".", 1)[-1]
+        operation, key = event_name.rsplit(".", 1)[-1], _key_of(request.url)
+        if self.only is not None and not self.only(operation, key):
+            return None
+        if self.limit is not None and sum(self.log.counts.values()) >= self.limit:
+            return None
         kind, rng = self.plan.decide(self.log.next_number(), self._allowed(operation, request))
         if kind is None:
             return None
-        self.log.note(kind, operation, _key_of(request.url))
+        self.log.note(kind, operation, key)
         if kind == "latency":
             low, high = self.plan.latency_ms
             time.sleep(rng.uniform(low, high) / 1000)
@@ -159,8 +176,10 @@ class _Raw:
 
 
 def _key_of(url: str) -> str:
-    path = url.split("://", 1)[-1].split("?", 1)[0]
-    return path.split("/", 2)[-1] if path.count("/") >= 2 else ""
+    """The object key of a path-style request URL (``http://host/bucket/key?query``)."""
+    path = unquote(url.split("://", 1)[-1].split("?", 1)[0])
+    parts = path.split("/", 2)
+    return parts[2] if len(parts) == 3 else ""
 
 
 class StorageFaults:
@@ -227,10 +246,13 @@ class StorageFaults:
     ) -> str:
         conditional = if_match is not None or if_none_match
         kind = self._fault("PutObject", key, write=True, conditional=conditional)
-        args = {"if_match": if_match, "if_none_match": if_none_match, "token": token}
-        etag = self.inner.put(key, body, **args)
-        if kind == "lost_response":
-            return self.inner.put(key, body, **args)
+        etag = self.inner.put(
+            key, body, if_match=if_match, if_none_match=if_none_match, token=token
+        )
+        if kind == "lost_response":  # the SDK's retry of a write that applied
+            return self.inner.put(
+                key, body, if_match=if_match, if_none_match=if_none_match, token=token
+            )
         self._after(kind, "PutObject", key)
         return etag
 
@@ -250,6 +272,3 @@ class StorageFaults:
     def list(self, prefix: str, *, start_after: str | None = None, limit: int = 1000) -> Page:
         self._fault("ListObjectsV2", prefix, write=False, conditional=False)
         return self.inner.list(prefix, start_after=start_after, limit=limit)
-
-
-__all__ = ["Entry", "FaultLog", "FaultPlan", "S3Faults", "StorageFaults"]

@@ -62,6 +62,47 @@ SERVING = ServeSettings(
 MIX = workload.Mix()
 NO_HAZARDS = Hazards()
 
+REAL_SETTINGS = QueueSettings(
+    visibility_timeout=4,
+    max_retries=2,
+    backoff_base=0.2,
+    backoff_cap=1.0,
+    batch_size=5,
+    max_in_flight_tickets=8,
+    max_message_bytes=64 * 1024,
+    timeout=8,
+)
+"""Queue settings of a run on the wall clock: short leases, so that recovery is quick."""
+REAL_COORDINATION = CoordinatorSettings(
+    lease_ttl=6, skew_tolerance=1, dispatch_timeout=4, sweep_interval=8, straggler_margin=1
+)
+REAL_SERVING = ServeSettings(
+    busy_interval=0.2,
+    idle_interval=0.2,
+    max_idle_interval=0.5,
+    follow_interval=0.5,
+    linger=None,
+    release_after=5,
+    reserve=1,
+)
+REAL_MIX = workload.Mix(slow=0.02, killer=0.0, ok_ms=(5, 60))
+"""No Lambda-timeout killers on the wall clock (each costs a whole timeout): the simulation
+covers them."""
+
+
+def real_time(config: Config) -> Config:
+    """The same run, with wall-clock settings (see REAL_SETTINGS)."""
+    return config.with_(
+        settings=REAL_SETTINGS,
+        coordination=REAL_COORDINATION,
+        serving=REAL_SERVING,
+        mix=REAL_MIX,
+        heartbeat_thread=True,
+        run_s=20.0,
+        spread_s=3.0,
+        max_s=240.0,
+    )
+
 
 @dataclass(frozen=True)
 class Config:

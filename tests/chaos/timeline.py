@@ -7,7 +7,7 @@ time, so the claim of a run is the last claim of its actor before the run starte
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from s3queue.keys import parse_msg_name
@@ -252,7 +252,7 @@ def _dispatch(t: Timeline, e: Entry) -> None:
     t.dispatched[e["ticket"]] = e
 
 
-_READERS = {
+_READERS: dict[str, Callable[[Timeline, Entry], None]] = {
     "enqueue": _enqueue,
     "put_foreign": _foreign,
     "enqueue_failed": lambda t, e: t.failed_enqueues.append(e),

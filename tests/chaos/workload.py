@@ -173,7 +173,8 @@ def handler(
     """The workload's handler for one worker process (see module)."""
 
     def handle(message: Message) -> None:
-        body = message.body if isinstance(message.body, dict) else {"kind": "raw", "ms": 5}
+        raw: dict[str, Any] = {"kind": "raw", "ms": 5}  # a foreign object's bytes
+        body: dict[str, Any] = message.body if isinstance(message.body, dict) else raw
         kind = body.get("kind")
         history.record(
             "exec", owner, id=message.id, attempt=message.attempt, n=body.get("n"), kind=kind

@@ -1,0 +1,165 @@
+"""Chaos: whole systems (producer, 2-3 coordinator schedules, 4 workers) under faults, checked.
+
+Simulated runs (MemoryStorage, `Sim`: seeded, exact replay, an hour of queue time in a second)
+cover each fault family on its own and all of them at once, with the full message mix (ok,
+flaky, poison, permanent, slow, Lambda-timeout killers, explicit ids, FIFO groups, malformed
+foreign objects). Runs on SeaweedFS (`Cluster`: real threads, real S3, heartbeat threads)
+cover the network faults of a real client and real concurrency.
+
+A (family, seed) that a known core bug breaks is marked ``xfail(strict=True)`` naming the bug
+(see test_core_bugs.py for each bug reduced to a minimal test): it turns red once fixed.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from s3queue.embedded import EmbeddedS3
+
+from chaos.process import Hazards
+from chaos.scenario import Config, Result, real_time, run_cluster, run_sim
+from chaos.workload import Mix
+
+pytestmark = pytest.mark.chaos
+
+WORKER_CRASHES = Hazards(crash_rate=0.02)
+FAMILIES: dict[str, dict[str, Any]] = {
+    "quiet": {},
+    "s3-errors": {"faults": {"error_before": 0.03}},
+    "s3-errors-after-applying": {"faults": {"error_after": 0.02}},
+    "lost-responses": {"faults": {"lost_response": 0.05}},
+    "409-conflicts": {"faults": {"conflict409": 0.02}},
+    "s3-latency": {"faults": {"latency": 0.2}},
+    "worker-crashes": {"worker_hazards": WORKER_CRASHES},
+    "coordinator-crashes": {"coordinator_hazards": Hazards(crash_rate=0.01)},
+    "worker-freezes": {"worker_hazards": Hazards(freeze_rate=0.02, freeze_s=(5, 60))},
+    "coordinator-freezes": {"coordinator_hazards": Hazards(freeze_rate=0.02, freeze_s=(5, 40))},
+    "skew-within-tolerance": {"skew_ms": 3_000, "worker_hazards": WORKER_CRASHES},
+    "invocations-duplicated-and-lost": {"invoke_duplicate": 0.2, "invoke_lose": 0.1},
+    "two-coordinators": {"coordinators": 2, "worker_hazards": WORKER_CRASHES},
+    "lambda-timeouts-and-slow-handlers": {"mix": Mix(killer=0.05, slow=0.05)},
+    "everything": {
+        "faults": {"error_before": 0.01, "error_after": 0.005, "lost_response": 0.01},
+        "worker_hazards": Hazards(crash_rate=0.01, freeze_rate=0.005, freeze_s=(5, 60)),
+        "coordinator_hazards": Hazards(crash_rate=0.005, freeze_rate=0.005, freeze_s=(5, 40)),
+        "skew_ms": 3_000,
+        "invoke_duplicate": 0.05,
+        "invoke_lose": 0.02,
+    },
+}
+SEEDS = (1, 2, 3)
+BUG_C = "BUG C: a paused ex-leader deletes the new leader's live tickets as fenced"
+BUG_D = "BUG D: a failed reap PUT leaves a mutated ticket in memory; the lease is taken over "
+BUG_D += "with no reap written and no expire event"
+BUG_F = "BUG F: a 409 on apply's If-None-Match PUT (retry copy, dead letter) is taken for "
+BUG_F += "'already written' and the message is lost; BUG F2: a 409 on the inbox object's "
+BUG_F2 = BUG_F + "DELETE leaves it to run again"
+KNOWN: dict[tuple[str, int], str] = {
+    ("s3-errors", 1): BUG_D,
+    ("s3-errors", 2): BUG_D,
+    ("409-conflicts", 1): BUG_F2,
+    ("409-conflicts", 2): BUG_F2,
+    ("409-conflicts", 3): BUG_F2,
+    ("everything", 1): BUG_C,
+}
+"""(family, seed) -> the known core bug that breaks it (each has a minimal test in
+test_core_bugs.py); the run's report names the invariants."""
+
+
+def sim(family: str, seed: int, **overrides: Any) -> Result:
+    config = Config(seed=seed, messages=100, coordinators=3, workers=4)
+    return run_sim(config.with_(**{**FAMILIES[family], **overrides}))
+
+
+def _cases() -> list[Any]:
+    cases = []
+    for family in FAMILIES:
+        for seed in SEEDS:
+            bug = KNOWN.get((family, seed))
+            marks = [pytest.mark.xfail(strict=True, reason=bug)] if bug else []
+            cases.append(pytest.param(family, seed, id=f"{family}-{seed}", marks=marks))
+    return cases
+
+
+@pytest.mark.parametrize(("family", "seed"), _cases())
+def test_simulated_chaos(family: str, seed: int) -> None:
+    result = sim(family, seed)
+    assert result.finished, result.explain()
+    assert result.report.ok, result.explain()
+    counts = result.report.counts
+    assert counts["completed"] + counts["dead"] >= counts["messages"] - 1
+
+
+def test_every_fault_family_injects_its_faults() -> None:
+    """Guards against a chaos run that injects nothing: each family's faults really happen."""
+    expected = {
+        "s3-errors": "error_before",
+        "s3-errors-after-applying": "error_after",
+        "lost-responses": "lost_response",
+        "409-conflicts": "conflict409",
+        "s3-latency": "latency",
+        "worker-crashes": "crash_w",
+        "coordinator-crashes": "crash_c",
+        "worker-freezes": "freeze_w",
+        "coordinator-freezes": "freeze_c",
+        "invocations-duplicated-and-lost": "invoke_lost",
+        "lambda-timeouts-and-slow-handlers": "lambda_timeout",
+    }
+    for family, kind in expected.items():
+        assert sim(family, 1).faults[kind] > 0, family
+    everything = sim("everything", 1)
+    assert {"crash_w", "freeze_c", "lost_response", "error_after"} <= set(everything.faults)
+    assert everything.report.redeliveries, "crashes and timeouts must cause redeliveries"
+
+
+def test_a_seed_replays_exactly() -> None:
+    first, second = sim("everything", 7), sim("everything", 7)
+    shape = [[(e.kind, e.actor, e.true_ms) for e in r.history] for r in (first, second)]
+    assert shape[0] == shape[1]
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_skew_beyond_the_tolerance_reaps_early_but_loses_nothing(seed: int) -> None:
+    """Clocks 20 s apart with a 3 s tolerance: a lease can be reaped before its visibility
+    timeout (early_redelivery, a duplicate execution); fencing still rejects the stale
+    holder, so nothing is lost or committed twice."""
+    result = sim("skew-within-tolerance", seed, skew_ms=20_000)
+    assert result.report.invariants() <= {"early_redelivery"}, result.explain()
+
+
+def test_skew_beyond_the_tolerance_does_reap_early() -> None:
+    early = [sim("skew-within-tolerance", s, skew_ms=20_000).report for s in SEEDS]
+    assert any("early_redelivery" in r.invariants() for r in early)
+
+
+# --- SeaweedFS: real S3, real threads ----------------------------------------------------------
+
+NETWORK = {
+    "error500": 0.02,
+    "slowdown503": 0.02,
+    "latency": 0.05,
+    "reset": 0.02,
+    "lost_response": 0.02,
+}
+
+
+@pytest.mark.s3
+def test_network_faults_and_crashes_on_seaweedfs(seaweed: EmbeddedS3, bucket: str) -> None:
+    config = real_time(
+        Config(
+            seed=11,
+            messages=60,
+            workers=4,
+            coordinators=3,
+            faults=NETWORK,
+            worker_hazards=Hazards(crash_rate=0.01),
+            coordinator_hazards=Hazards(crash_rate=0.005),
+            skew_ms=800,
+        )
+    )
+    result = run_cluster(config, seaweed.make_client, bucket)
+    assert result.finished, result.explain()
+    assert result.report.ok, result.explain()
+    for kind in NETWORK:
+        assert result.faults[kind] > 0, f"no {kind} injected: {dict(result.faults)}"

@@ -1,0 +1,286 @@
+"""Bugs in the core that the chaos runs found, each reduced to a minimal deterministic test.
+
+Every test here fails today and is marked ``xfail(strict=True)``: the suite stays green, and a
+test turns red (XPASS) the day its bug is fixed, so the marker can go. Each asserts the
+checker's verdict on the run, and names the invariant it breaks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from s3queue.config import QueueSettings
+from s3queue.embedded import EmbeddedS3
+from s3queue.errors import Conflict, StorageError
+from s3queue.model import foreign_id
+from s3queue.storage.base import Storage
+from s3queue.storage.s3 import S3Storage
+
+from chaos.bench import Bench
+from chaos.faults import FaultPlan, S3Faults
+from chaos.process import Crash, CrashAt, ProcessStorage
+from chaos.scenario import KEYS
+from chaos.workload import Mix
+
+pytestmark = pytest.mark.chaos
+SINGLE, PACKED = Mix(packed=0.0), Mix(packed=1.0)
+
+
+def bug(reason: str) -> pytest.MarkDecorator:
+    return pytest.mark.xfail(strict=True, reason=reason)
+
+
+class Injecting(ProcessStorage):
+    """A process's storage that makes chosen calls raise (or run something first)."""
+
+    def __init__(
+        self, inner: Storage, actor: str, rule: Callable[[str, str, bytes | None], Any]
+    ) -> None:
+        super().__init__(inner, actor)
+        self.rule = rule
+
+    def _call(self, op: str, key: str, run: Callable[[], Any], body: bytes | None = None) -> Any:
+        self.rule(op, key, body)
+        return super()._call(op, key, run, body)
+
+
+def once(condition: Callable[[str, str, bytes | None], bool], act: Callable[[], Any]) -> Any:
+    fired = [False]
+
+    def rule(op: str, key: str, body: bytes | None) -> None:
+        if not fired[0] and condition(op, key, body):
+            fired[0] = True
+            act()
+
+    return rule
+
+
+def conflict() -> None:
+    raise Conflict("injected: 409 ConditionalRequestConflict")
+
+
+def unavailable() -> None:
+    raise StorageError("injected: 503 SlowDown past every retry")
+
+
+@bug(
+    "BUG A: Coordinator._reap adds a redelivery to the whole ref of a packed object when any of "
+    "its messages is unfinished, and the worker and apply add ref.redeliveries to every record "
+    "of the ref, so a message whose failure a heartbeat had recorded gets attempt + 2: its "
+    "retries are cut short and its error history names the wrong attempt"
+)
+def test_a_packed_message_finished_before_a_lease_expiry_keeps_its_attempt_count() -> None:
+    # GIVEN a packed object [poison, crasher]; the poison fails and a heartbeat records it
+    bench = Bench(QueueSettings(visibility_timeout=30, max_retries=2, backoff_base=0.1))
+    bench.producer.send([bench.spec(0, "poison", ms=15_000), bench.spec(1, "ok")], PACKED)
+    coordinator = bench.coordinator("c1")
+    coordinator.tick()
+    # WHEN the worker dies before committing (in the crasher's handler: its next GET)
+    dies = bench.worker("w1", bench.process_storage("w1", crash_at=CrashAt(4)))
+    with pytest.raises(Crash):
+        bench.work(dies)
+    bench.expire()
+    bench.drain(coordinator, bench.worker("w2"))
+    # THEN the poison message still fails max_retries + 1 times before the DLQ
+    report = bench.check()
+    assert report.ok, report.summary()
+
+
+@bug(
+    "BUG B: apply writes copies with If-None-Match on deterministic keys and the committer "
+    "applies from its cached objects without re-checking: a committer paused between its "
+    "commit and its apply for longer than dispatch_timeout re-creates a retry copy that a "
+    "helper's apply already wrote and a worker already consumed; the message runs (and is "
+    "committed) twice with no lease expiry"
+)
+def test_b_committer_paused_before_apply_does_not_revive_a_consumed_retry() -> None:
+    bench = Bench(QueueSettings(visibility_timeout=30, backoff_base=0.5, backoff_cap=0.5))
+    bench.producer.send([bench.spec(0, "flaky", fails=1)], SINGLE)
+    coordinator = bench.coordinator("c1")
+    coordinator.tick()
+    helper = bench.worker("w2")
+
+    def meanwhile() -> None:  # the committer is paused: the coordinator calls a helper
+        bench.expire()
+        coordinator.tick()
+        bench.work(helper)
+        bench.clock.advance(bench.coordination.sweep_interval)
+        coordinator.tick()  # the retry copy is dispatched and consumed
+        bench.work(helper)
+
+    committed = once(lambda op, key, body: op == "put" and key.startswith(KEYS.msg), meanwhile)
+    paused = bench.worker("w1", Injecting(bench.storage, "w1", committed))
+    bench.work(paused)  # commits, pauses before writing the retry copy, then applies
+    bench.drain(coordinator, helper)
+    report = bench.check()
+    assert report.ok, report.summary()
+
+
+@bug(
+    "BUG C: Coordinator._reconcile drops every listed ticket its own lease document does not "
+    "accept; a paused ex-leader whose renewal is not due yet judges the new leader's tickets "
+    "(a higher epoch) by its stale document and deletes them, claimed or not"
+)
+def test_c_stale_leader_leaves_the_new_leaders_claimed_ticket_alone() -> None:
+    bench = Bench()
+    old = bench.coordinator("c1")
+    old.tick()  # leads epoch 1
+    bench.producer.send([bench.spec(0)], SINGLE)
+
+    def takeover() -> None:  # the leader is paused before its LIST of tickets
+        bench.expire()
+        bench.coordinator("c2").tick()  # epoch 2 dispatches the message
+        worker = bench.worker("w2", bench.process_storage("w2", crash_at=CrashAt(3)))
+        with pytest.raises(Crash):  # its worker dies in the handler: the ticket stays claimed
+            worker.process(bench.invocations.pop(), bench.handler(worker))
+
+    listing = once(lambda op, key, body: op == "list" and key == KEYS.tickets, takeover)
+    stale = bench.coordinator("c1", Injecting(bench.storage, "c1", listing))
+    stale.lease, stale.memory = old.lease, old.memory
+    stale.tick()
+    assert not bench.history.of("fenced"), "the stale leader deleted a live ticket"
+
+
+@bug(
+    "BUG D: Coordinator._reap mutates its in-memory ticket (pending, generation + 1, "
+    "redeliveries + 1) before the PUT; when the PUT fails with a StorageError the mutated "
+    "copy stays in memory with the old ETag, the next tick invokes a worker with it, and that "
+    "claim succeeds over the live claim: a takeover with no reap written and no expire event"
+)
+def test_d_a_failed_reap_put_is_not_acted_on() -> None:
+    bench = Bench(QueueSettings(visibility_timeout=30))
+    bench.producer.send([bench.spec(0)], SINGLE)
+    failing = once(
+        lambda op, key, body: op == "put" and b'"state":"pending","gen":1' in (body or b""),
+        unavailable,
+    )
+    coordinator = bench.coordinator("c1", Injecting(bench.storage, "c1", failing))
+    coordinator.tick()
+    dies = bench.worker("w1", bench.process_storage("w1", crash_at=CrashAt(3)))
+    with pytest.raises(Crash):
+        bench.work(dies)
+    bench.expire()
+    with pytest.raises(StorageError):
+        coordinator.tick()  # the reap's PUT fails
+    bench.clock.advance(bench.coordination.dispatch_timeout)
+    bench.drain(coordinator, bench.worker("w2"))
+    report = bench.check()
+    assert report.ok, report.summary()
+
+
+@bug(
+    "BUG F: apply._create treats any Conflict on its If-None-Match PUT as 'an earlier apply "
+    "wrote it', but S3's 409 ConditionalRequestConflict means nothing was written (retry): "
+    "the retry copy (or dead letter, or remainder) is skipped, the source is deleted, and the "
+    "message is silently lost"
+)
+def test_f_409_on_the_retry_copy_does_not_lose_the_message() -> None:
+    bench = Bench(QueueSettings(visibility_timeout=30, backoff_base=0.5))
+    bench.producer.send([bench.spec(0, "flaky", fails=1)], SINGLE)
+    coordinator = bench.coordinator("c1")
+    coordinator.tick()
+    rule = once(lambda op, key, body: op == "put" and key.startswith(KEYS.msg), conflict)
+    bench.work(bench.worker("w1", Injecting(bench.storage, "w1", rule)))
+    bench.drain(coordinator, bench.worker("w2"))
+    report = bench.check()
+    assert report.ok, report.summary()
+
+
+@pytest.mark.s3
+@bug("BUG F, through S3Storage on SeaweedFS: a real 409 response to the retry copy's PUT")
+def test_f_409_from_s3_on_the_retry_copy_does_not_lose_the_message(
+    seaweed: EmbeddedS3, bucket: str
+) -> None:
+    storage = S3Storage(seaweed.make_client(), bucket, sleep=lambda _: None)
+    bench = Bench(QueueSettings(visibility_timeout=30, backoff_base=0.5), backend=storage)
+    bench.producer.send([bench.spec(0, "flaky", fails=1)], SINGLE)
+    coordinator = bench.coordinator("c1")
+    coordinator.tick()
+    faults = S3Faults(
+        FaultPlan(1, {"conflict409": 1.0}),
+        only=lambda op, key: op == "PutObject" and "/msg/" in key,  # the retry copy
+        limit=1,
+    )
+    client = faults.attach(seaweed.make_client())
+    worker_storage = bench.process_storage("w1")
+    worker_storage.inner = bench.oracle(S3Storage(client, bucket, sleep=lambda _: None))
+    bench.work(bench.worker("w1", worker_storage))
+    assert faults.log.counts["conflict409"] == 1
+    bench.drain(coordinator, bench.worker("w2"))
+    report = bench.check()
+    assert report.ok, report.summary()
+
+
+@bug(
+    "BUG F2: apply._delete_foreign suppresses any Conflict on the inbox object's DELETE "
+    "If-Match, meant for 'another service put a new object under that name'; a 409 "
+    "ConditionalRequestConflict (nothing deleted) leaves the handled object in the inbox, and "
+    "it is dispatched and handled again: a duplicate execution with no lease expiry"
+)
+def test_f2_409_on_deleting_a_handled_inbox_object_does_not_run_it_again() -> None:
+    bench = Bench()
+    bench.storage.put(KEYS.inbox + "order.json", b'{"n": 1, "kind": "ok"}')
+    bench.history.record("put_foreign", "producer", id=foreign_id("inbox/order.json"))
+    coordinator = bench.coordinator("c1")
+    coordinator.tick()
+    rule = once(lambda op, key, body: op == "delete" and key.startswith(KEYS.inbox), conflict)
+    bench.work(bench.worker("w1", Injecting(bench.storage, "w1", rule)))
+    bench.drain(coordinator, bench.worker("w2"))
+    report = bench.check()
+    assert report.ok, report.summary()
+
+
+@bug(
+    "BUG G: when a reap loses its CAS (the holder's heartbeat or commit landed first, or a "
+    "409), Coordinator._reap drops the ticket from memory.known, and the same tick's dispatch "
+    "no longer counts its messages in flight: they go out in a second ticket while the first "
+    "is still validly held (two valid leases on one message)"
+)
+def test_g_a_lost_reap_race_keeps_the_ticket_in_flight() -> None:
+    bench = Bench(QueueSettings(visibility_timeout=30, batch_size=1))
+    bench.producer.send([bench.spec(0, ms=100)], SINGLE)
+    coordinator_storage: list[Injecting] = []
+    holder = bench.worker("w1")
+    claims: dict[str, Any] = {}
+    original = holder._claim
+
+    def capture(*args: Any) -> Any:
+        claims["claim"] = claim = original(*args)
+        return claim
+
+    holder._claim = capture  # type: ignore[method-assign,assignment]
+
+    def late_heartbeat() -> None:  # the slow holder renews just before the reap's CAS
+        claims["claim"].beat()
+
+    def handler(message: Any) -> None:
+        bench.expire()  # the holder is slow: its lease is past lease_until + skew
+        coordinator_storage[0].rule = once(
+            lambda op, key, body: op == "put" and key.startswith(KEYS.tickets), late_heartbeat
+        )
+        coordinator.tick()  # reaps: loses to the heartbeat, forgets the ticket, re-dispatches
+        bench.work(bench.worker("w2"))
+
+    coordinator_storage.append(Injecting(bench.storage, "c1", lambda *a: None))
+    coordinator = bench.coordinator("c1", coordinator_storage[0])
+    coordinator.tick()
+    holder.process(bench.invocations.pop(0), handler)  # the holder commits: its lease is valid
+    bench.drain(coordinator, bench.worker("w3"))
+    report = bench.check()
+    assert report.ok, report.summary()
+
+
+@bug(
+    "Robustness: a 409 ConditionalRequestConflict on the ticket's final conditional DELETE "
+    "escapes Worker.process as Conflict after a successful commit and apply (the ticket is "
+    "re-applied by a helper after dispatch_timeout, so nothing is lost)"
+)
+def test_e_409_on_the_final_ticket_delete_is_not_an_error() -> None:
+    bench = Bench()
+    bench.producer.send([bench.spec(0)], SINGLE)
+    bench.coordinator("c1").tick()
+    rule = once(lambda op, key, body: op == "delete" and key.startswith(KEYS.tickets), conflict)
+    [result] = bench.work(bench.worker("w1", Injecting(bench.storage, "w1", rule)))
+    assert result.status == "committed"
