@@ -93,9 +93,9 @@ def local_idle(target: Target, plan: Plan, progress: Progress) -> dict[str, Any]
         elapsed = 0.0
         for n, seconds in enumerate(plan.idle_windows):
             progress.update(0.9 * elapsed / total, f"local runtime idle for {seconds:g}s")
-            meter.reset()
+            before = meter.counts()  # no reset: the sampler reads the same running total
             time.sleep(seconds)
-            counts = meter.counts()
+            counts = {kind: n - before[kind] for kind, n in meter.counts().items()}
             marks.append(sampler.now())
             message_id = queue.enqueue({"after_idle_s": seconds})
             tracker.expect(n + 1)

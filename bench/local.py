@@ -34,6 +34,11 @@ class Tracker:
         self.last_finish_ms: int | None = None
         self.dispatched: set[str] = set()
         self.applied: set[str] = set()
+        self.claimed_ms: dict[str, int] = {}
+        self.dispatch_ticks: set[int] = set()
+        """Distinct times of dispatch events: a tick stamps every ticket it publishes alike."""
+        self.busy_ms = 0
+        """Summed claim-to-applied time of every ticket: how long workers were inside tickets."""
         self._expected: int | None = None
         self._complete = threading.Event()
         self._lock = threading.Lock()
@@ -54,8 +59,13 @@ class Tracker:
                 self.last_finish_ms = event.at_ms
             elif event.kind == "dispatch":
                 self.dispatched.add(str(fields["ticket"]))
+                self.dispatch_ticks.add(event.at_ms)
+            elif event.kind == "claim":
+                self.claimed_ms[str(fields["ticket"])] = event.at_ms
             elif event.kind == "applied":
-                self.applied.add(str(fields["ticket"]))
+                ticket = str(fields["ticket"])
+                self.applied.add(ticket)
+                self.busy_ms += event.at_ms - self.claimed_ms.pop(ticket, event.at_ms)
             else:
                 return
             finished = self.finished

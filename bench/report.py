@@ -83,6 +83,8 @@ def _throughput(data: Results) -> list[str]:
             p["s3_ops_per_s"],
             p["fraction_of_ceiling"],
             p["messages_per_s"],
+            p.get("worker_utilisation", ""),
+            p.get("dispatching_ticks", ""),
             p["per_message"]["total"],
             p["enqueue_per_s"],
             str(p["load"]["after"][0]),
@@ -95,6 +97,8 @@ def _throughput(data: Results) -> list[str]:
         "runtime S3 ops/s",
         "fraction",
         "messages/s",
+        "worker utilisation",
+        "dispatching ticks",
         "requests/message (runtime)",
         "enqueue msg/s",
         "load",
@@ -102,7 +106,9 @@ def _throughput(data: Results) -> list[str]:
     note = (
         "Requests per message here are the runtime's (coordinator, workers, polling); the "
         "enqueue PUT (1 per message) is not included. The ceiling uses W threads; the "
-        "runtime runs W workers plus the coordinator loop, so it can exceed 1 at small W."
+        "runtime runs W workers plus the coordinator loop, so it can exceed 1 at small W. "
+        "Worker utilisation: time workers spent inside tickets over W x the run; low means they "
+        "waited for the coordinator to publish tickets."
     )
     return [table(headers, rows), note]
 

@@ -12,7 +12,9 @@ For each W, on one new boto3 client (the same for all three measurements):
 
 The runtime's S3 operations per second over that run, divided by the ceiling, is the fraction
 of the server the queue turns into work; messages per second is that divided by the requests
-each message costs.
+each message costs. Worker utilisation is the summed claim-to-applied time of the tickets over
+W times the run's length: well below 1 means the workers waited for tickets (the coordinator,
+which publishes tickets one at a time, set the pace).
 """
 
 from __future__ import annotations
@@ -152,6 +154,9 @@ def drain(
         "seconds": round(seconds, 2),
         "messages_per_s": round(messages / seconds, 1),
         "handler_window_seconds": round(window, 2),
+        "tickets": len(tracker.applied),
+        "dispatching_ticks": len(tracker.dispatch_ticks),
+        "worker_utilisation": round(tracker.busy_ms / 1000 / (workers * seconds), 3),
         "requests": counts,
         "requests_total": sum(counts.values()),
         "per_message": per_message(counts, messages),
