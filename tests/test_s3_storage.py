@@ -22,7 +22,7 @@ from s3queue.errors import (
     StorageError,
 )
 from s3queue.metering import RequestCounter
-from s3queue.storage import new_token
+from s3queue.storage import Head, new_token
 from s3queue.storage.s3 import S3Storage, make_client
 
 pytestmark = pytest.mark.s3
@@ -165,13 +165,42 @@ class TestRetries:
 
 
 class TestConflicts:
-    def test_conditional_request_conflict_409_is_conflict(
+    def test_409_conditional_request_conflict_is_retried(
         self, store: S3Storage, client: Any, injector: Inject, sleeps: list[float]
     ) -> None:
+        # S3 answers 409 when a concurrent operation got in the way: nothing was written.
         injector(client, "PutObject", 409, "ConditionalRequestConflict")
-        with pytest.raises(Conflict):
+        etag = store.put("k", b"x", if_none_match=True)
+        assert len(sleeps) == 1
+        assert store.head("k") == Head(etag, None)
+
+    def test_409_that_persists_is_an_error_not_a_lost_race(
+        self, store: S3Storage, client: Any, injector: Inject
+    ) -> None:
+        # A Conflict would tell the caller "it exists": it does not, so that would be a lie.
+        injector(client, "PutObject", 409, "ConditionalRequestConflict", times=100)
+        with pytest.raises(StorageError) as caught:
             store.put("k", b"x", if_none_match=True)
-        assert sleeps == []
+        assert not isinstance(caught.value, Conflict)
+        assert store.head("k") is None
+
+    def test_409_on_a_key_that_really_exists_is_conflict(
+        self, store: S3Storage, client: Any, injector: Inject
+    ) -> None:
+        store.put("k", b"theirs", token="theirs")
+        injector(client, "PutObject", 409, "ConditionalRequestConflict", times=100)
+        with pytest.raises(Conflict):
+            store.put("k", b"x", if_none_match=True, token="mine")
+
+    def test_persistent_409_on_an_unchanged_delete_is_an_error(
+        self, store: S3Storage, client: Any, injector: Inject
+    ) -> None:
+        etag = store.put("k", b"x")
+        injector(client, "DeleteObject", 409, "ConditionalRequestConflict", times=100)
+        with pytest.raises(StorageError) as caught:
+            store.delete("k", if_match=etag)
+        assert not isinstance(caught.value, Conflict)
+        assert store.head("k") is not None
 
     def test_no_such_key_on_conditional_put_is_conflict(
         self, store: S3Storage, client: Any, injector: Inject
@@ -187,13 +216,11 @@ class TestConflicts:
         injector(client, "DeleteObject", 412, "PreconditionFailed")
         store.delete("gone", if_match="0" * 32)
 
-    def test_412_on_delete_of_a_present_key_is_conflict(
-        self, store: S3Storage, client: Any, injector: Inject
-    ) -> None:
-        etag = store.put("k", b"x")
-        injector(client, "DeleteObject", 412, "PreconditionFailed")
+    def test_412_on_delete_of_a_changed_key_is_conflict(self, store: S3Storage) -> None:
+        stale = store.put("k", b"x")
+        store.put("k", b"y")
         with pytest.raises(Conflict):
-            store.delete("k", if_match=etag)
+            store.delete("k", if_match=stale)  # the server's own 412
         assert store.head("k") is not None
 
 

@@ -8,6 +8,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Protocol
 
+from s3queue.errors import Conflict, StorageError
+
 _counter = itertools.count()
 _PROCESS = os.urandom(6).hex()
 
@@ -87,3 +89,36 @@ class Storage(Protocol):
     def list(self, prefix: str, *, start_after: str | None = None, limit: int = 1000) -> Page:
         """Up to `limit` (at most 1,000) keys under `prefix` after `start_after`, in order."""
         ...
+
+
+def settle_put_conflict(
+    storage: Storage, key: str, *, token: str | None, if_match: str | None, if_none_match: bool
+) -> str:
+    """After a conditional PUT answered Conflict, what really happened.
+
+    - The object carries our token: our write applied and only its response was lost (the
+      retry saw our own write). Return its ETag: success.
+    - The condition still holds (the key is still missing, or still at `if_match`): nothing was
+      written and nothing changed, as after a 409 ConditionalRequestConflict. `StorageError`:
+      try again later; never "someone else won", which would be a lie.
+    - Otherwise the condition really failed: `Conflict`.
+    """
+    head = storage.head(key)
+    if head is not None and token is not None and head.token == token:
+        return head.etag
+    if (if_none_match and head is None) or (
+        if_match is not None and head is not None and head.etag == if_match
+    ):
+        raise StorageError(f"conditional PUT of {key} was refused but its condition holds")
+    raise Conflict(f"{key}: precondition failed")
+
+
+def settle_delete_conflict(storage: Storage, key: str, if_match: str) -> None:
+    """After a conditional DELETE answered Conflict: gone is success, unchanged is a
+    `StorageError` (nothing happened, try again), changed is a real `Conflict`."""
+    head = storage.head(key)
+    if head is None:
+        return
+    if head.etag == if_match:
+        raise StorageError(f"conditional DELETE of {key} was refused but its condition holds")
+    raise Conflict(f"{key} changed")

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from s3queue.clock import Clock, SystemClock
 from s3queue.errors import Conflict
-from s3queue.storage.base import Entry, Head, Object, Page
+from s3queue.storage.base import Entry, Head, Object, Page, settle_put_conflict
 
 
 @dataclass(slots=True)
@@ -58,10 +58,9 @@ class MemoryStorage:
         try:
             return self._put(key, body, if_match, if_none_match, token)
         except Conflict:
-            head = self.head(key) if token is not None else None
-            if head is not None and head.token == token:
-                return head.etag
-            raise
+            return settle_put_conflict(
+                self, key, token=token, if_match=if_match, if_none_match=if_none_match
+            )
 
     def _put(
         self, key: str, body: bytes, if_match: str | None, if_none_match: bool, token: str | None

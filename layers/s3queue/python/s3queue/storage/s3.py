@@ -45,7 +45,14 @@ from s3queue.errors import (
     S3QueueError,
     StorageError,
 )
-from s3queue.storage.base import Entry, Head, Object, Page
+from s3queue.storage.base import (
+    Entry,
+    Head,
+    Object,
+    Page,
+    settle_delete_conflict,
+    settle_put_conflict,
+)
 
 log = logging.getLogger(__name__)
 
@@ -160,12 +167,11 @@ class S3Storage:
         try:
             return _etag(self._put(key, params))
         except Conflict:
-            # Our own earlier attempt may have applied (see the module docstring).
-            head = self.head(key) if token is not None else None
-            if head is not None and head.token == token:
-                log.debug("put %s: conflict is our own write (token %s)", key, token)
-                return head.etag
-            raise
+            # Our own earlier attempt may have applied (see the module docstring), or a 409
+            # left everything as it was: only a failed condition is a Conflict.
+            return settle_put_conflict(
+                self, key, token=token, if_match=if_match, if_none_match=if_none_match
+            )
 
     def _put(self, key: str, params: dict[str, Any]) -> dict[str, Any]:
         try:
@@ -185,8 +191,9 @@ class S3Storage:
         except Conflict:
             # SeaweedFS answers 412 where AWS answers 404 to If-Match on a missing key, and a
             # retried delete whose first attempt applied lands here too: missing is success.
-            if self.head(key) is not None:
+            if if_match is None:
                 raise
+            settle_delete_conflict(self, key, if_match)
 
     def delete_many(self, keys: Iterable[str]) -> None:
         batch = list(keys)
@@ -277,6 +284,10 @@ def _from_client_error(exc: ClientError, where: str, bucket: str) -> tuple[S3Que
     error = exc.response.get("Error", {})
     code = str(error.get("Code", ""))
     status = int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode") or 0)
+    if code == "ConditionalRequestConflict":
+        # 409: a concurrent operation on the key; S3 asks for a retry. Still a Conflict once
+        # retries run out, and `settle_*_conflict` then tells a real one from this.
+        return Conflict(f"{where}: {code}"), True
     if code in _CONFLICT_CODES or status == 412:
         return Conflict(f"{where}: {code or status}"), False
     if code == "NoSuchBucket":
