@@ -35,8 +35,10 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
 
 
 def _cell(value: Any) -> str:
+    if isinstance(value, float) and value.is_integer() and abs(value) >= 10:
+        return f"{value:,.0f}"
     if isinstance(value, float):
-        return f"{value:,.3f}".rstrip("0").rstrip(".") if value < 10 else f"{value:,.1f}"
+        return f"{value:,.3f}".rstrip("0").rstrip(".") if abs(value) < 10 else f"{value:,.1f}"
     if isinstance(value, int):
         return f"{value:,}"
     return str(value)
