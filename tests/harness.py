@@ -104,16 +104,17 @@ class Harness:
     def kinds(self, kind: str) -> list[Event]:
         return [e for e in self.events if e.kind == kind]
 
-    def keys(self, prefix: str = "") -> list[str]:
+    def keys(self, prefix: str = "", *, tombstones: bool = False) -> list[str]:
+        """Keys under the queue's root + prefix; consumed copies' tombstones only if asked."""
         root = self.queue.keys.root + prefix
         keys: list[str] = []
         start = None
         while True:
             page = self.storage.list(root, start_after=start)
-            keys += [e.key for e in page.entries]
+            keys += [e.key for e in page.entries if e.size or tombstones]
             if not page.truncated:
                 return keys
-            start = keys[-1]
+            start = page.entries[-1].key
 
 
 class Recorder:

@@ -7,6 +7,7 @@ from collections.abc import Iterable
 import pytest
 from harness import Crash, Harness, Recorder
 from s3queue.config import CoordinatorSettings, QueueSettings
+from s3queue.coordinator import TickResult
 from s3queue.errors import Conflict
 from s3queue.lease import PENDING, read_lease
 from s3queue.model import Message
@@ -75,18 +76,22 @@ def test_heartbeats_keep_a_long_ticket_alive_and_save_finished_work() -> None:
     ids = h.queue.enqueue_many(range(5))
     h.tick()
 
+    reaped: list[int] = []  # (an assert inside a handler would only fail that message)
+
     def slow(m: Message) -> BaseException | None:
         h.clock.advance(VIS * 0.6)  # each message takes 60% of the visibility timeout
-        assert h.tick().reaped == 0  # a heartbeat after each message keeps the lease
+        reaped.append(h.tick().reaped)  # a heartbeat after each message keeps the lease
         return Crash() if m.body == 3 and m.attempt == 1 else None
 
     handler = Recorder(fail=slow)
     with pytest.raises(Crash):
         h.work(handler)
-    assert len(h.kinds("heartbeat")) >= 2
+    assert reaped == [0, 0, 0, 0] and len(h.kinds("heartbeat")) >= 2
+    assert h.kinds("handler_finish")[-1].fields["outcome"] == "done"
     h.clock.advance(VIS + h.coordination.skew_tolerance + 1)
     h.tick()
     h.work(Recorder(fail=slow))
+    assert [f.fields["outcome"] for f in h.kinds("handler_finish")] == ["done"] * 5
     redelivered = [e.fields for e in h.kinds("handler_start") if e.fields["attempt"] == 2]
     # messages 0-2 finished and were recorded by a heartbeat: only 3 and 4 run again
     assert sorted(f["message_id"] for f in redelivered) == sorted(ids[3:])
@@ -285,3 +290,142 @@ def test_unreadable_lease_is_recovered_without_double_dispatch() -> None:
     handler = Recorder()
     h.work(handler)
     assert sorted(handler.bodies()) == ["a", "b"]
+
+
+# --- regressions found by the chaos checker (tests/chaos/test_core_bugs.py has their twins) ---
+
+
+def test_late_apply_cannot_revive_a_consumed_retry_copy() -> None:
+    # GIVEN a worker that commits a retry, then pauses before applying it
+    h = Harness(settings=QueueSettings(backoff_base=0.001, backoff_cap=0.001))
+    h.queue.enqueue("flaky")
+    h.tick()
+    worker_module = __import__("s3queue.worker", fromlist=["apply_ticket"])
+    real_apply, paused = worker_module.apply_ticket, []
+    worker_module.apply_ticket = lambda *args: paused.append(args)
+    handler = Recorder(fail=lambda m: RuntimeError("once") if m.attempt == 1 else None)
+    try:
+        h.work(handler)
+    finally:
+        worker_module.apply_ticket = real_apply
+    # WHEN a helper applies it, and the retry copy is handled and consumed meanwhile
+    h.clock.advance(h.coordination.dispatch_timeout + 1)
+    h.tick()
+    assert [r.status for r in h.work(handler)] == ["applied"]
+    h.clock.advance(1)
+    h.drain(handler)
+    assert [m.attempt for m in handler.seen] == [1, 2]
+    # THEN the late apply finds a tombstone where the copy was, and nothing runs again
+    real_apply(*paused[0])
+    h.drain(handler)
+    assert [m.attempt for m in handler.seen] == [1, 2]
+
+
+def test_tombstones_are_deleted_after_their_ttl() -> None:
+    h = Harness(settings=QueueSettings(backoff_base=0.001, backoff_cap=0.001))
+    h.queue.enqueue("flaky")
+    h.drain(Recorder(fail=lambda m: RuntimeError("x") if m.attempt == 1 else None))
+    [tombstone] = h.keys("msg/", tombstones=True)
+    assert h.coordinator.probe() is False  # a tombstone is not work
+    h.clock.advance(h.coordination.tombstone_ttl + h.coordination.sweep_interval + 1)
+    h.queue.enqueue("next")  # the scan meets the tombstone on its sweep
+    h.drain(Recorder())
+    assert h.keys("msg/", tombstones=True) == []
+    assert tombstone
+
+
+def test_failure_recorded_before_a_lease_expiry_keeps_its_attempt_number() -> None:
+    # GIVEN a packed [poison, crasher]: the poison's failure is recorded by a heartbeat
+    h = Harness(settings=QueueSettings(visibility_timeout=VIS, max_retries=2, backoff_base=0.1))
+    h.queue.enqueue_many(["poison", "crasher"])
+    h.tick()
+
+    def fail(m: Message) -> BaseException | None:
+        if m.body == "poison":
+            h.clock.advance(VIS / 2)  # a heartbeat is due after it: the failure is recorded
+            return RuntimeError("bad")
+        return Crash() if m.attempt == 1 else None
+
+    handler = Recorder(fail=fail)
+    with pytest.raises(Crash):
+        h.work(handler)
+    h.clock.advance(VIS + h.coordination.skew_tolerance + 1)
+    h.drain(handler, step=0.5)
+    # THEN the poison runs max_retries + 1 times, numbered 1, 2, 3
+    assert [m.attempt for m in handler.seen if m.body == "poison"] == [1, 2, 3]
+    [dead] = h.queue.dead_letters()
+    assert [e["attempt"] for e in dead["errors"]] == [1, 2, 3]
+
+
+def test_a_lost_reap_race_keeps_the_ticket_in_flight() -> None:
+    h = Harness(settings=QueueSettings(visibility_timeout=VIS, batch_size=1))
+    h.queue.enqueue("slow")
+    h.tick()
+    payload = h.invocations.pop()
+
+    def slow(m: Message) -> None:
+        h.clock.advance(VIS + h.coordination.skew_tolerance + 1)
+        real_put = h.storage.put
+
+        def heartbeat_first(key: str, body: bytes, **kw: object) -> str:
+            if key.startswith(h.queue.keys.tickets):  # the reap's CAS
+                h.storage.put = real_put  # type: ignore[method-assign]
+                claims[0].beat()  # the holder renews just before the reap's CAS lands
+            return real_put(key, body, **kw)  # type: ignore[arg-type]
+
+        h.storage.put = heartbeat_first  # type: ignore[method-assign]
+        ticks.append(h.tick())  # (asserting here would only fail the handler: a retry)
+
+    claims: list = []  # type: ignore[type-arg]
+    ticks: list[TickResult] = []
+    original = h.worker._claim
+    h.worker._claim = lambda *a: claims.append(original(*a)) or claims[-1]  # type: ignore[method-assign]
+    result = h.worker.process(payload, slow)
+    assert result.status == "committed" and result.count("done") == 1
+    assert h.kinds("lost_race")  # the reap lost to the heartbeat
+    assert ticks[0].reaped == 0 and ticks[0].dispatched == 0  # still in flight
+    assert h.invocations == []
+
+
+def test_a_failed_reap_write_leaves_memory_as_s3_is() -> None:
+    from s3queue.errors import StorageError
+
+    h = Harness(settings=QueueSettings(visibility_timeout=VIS))
+    h.queue.enqueue("x")
+    h.tick()
+    with pytest.raises(Crash):
+        h.work(Recorder(fail=lambda m: Crash()))
+    h.clock.advance(VIS + h.coordination.skew_tolerance + 1)
+    real_put = h.storage.put
+
+    def unavailable(key: str, body: bytes, **kw: object) -> str:
+        if key.startswith(h.queue.keys.tickets):
+            raise StorageError("503 SlowDown past every retry")
+        return real_put(key, body, **kw)  # type: ignore[arg-type]
+
+    h.storage.put = unavailable  # type: ignore[method-assign]
+    with pytest.raises(StorageError):
+        h.tick()
+    h.storage.put = real_put  # type: ignore[method-assign]
+    [known] = h.coordinator.memory.known.values()
+    assert known.ticket.state == "claimed" and known.ticket.generation == 0
+    handler = Recorder()
+    h.drain(handler)
+    assert [m.attempt for m in handler.seen] == [2]
+    assert len(h.kinds("expire")) == 1
+
+
+def test_a_paused_leader_never_touches_a_newer_leaders_tickets() -> None:
+    h = Harness(settings=QueueSettings(visibility_timeout=VIS))
+    old = h.coordinator
+    old.tick()  # leads epoch 1, renewal not due for a while
+    h.queue.enqueue("x")
+    h.clock.advance(h.coordination.lease_ttl + h.coordination.skew_tolerance + 1)
+    new = h.new_coordinator("c2")
+    assert new.tick().dispatched == 1  # epoch 2 dispatches x
+    old.lease.doc.lease_until_ms = h.clock.now_ms() + 60_000  # type: ignore[union-attr]
+    # WHEN the old leader wakes believing it still leads (its renewal is not due)
+    assert old.tick().leader is False
+    # THEN it stood down without fencing the new leader's ticket
+    assert h.kinds("fenced") == [] and len(h.kinds("deposed")) == 1
+    assert len(h.keys("tickets/")) == 1

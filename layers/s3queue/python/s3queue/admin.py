@@ -56,7 +56,7 @@ def stats(storage: Storage, keys: QueueKeys, now_ms: int) -> dict[str, Any]:
         else:
             pending += count
             oldest = ready_ms if oldest is None else min(oldest, ready_ms)
-    dead = sum(1 for _ in iter_keys(storage, keys.dlq))
+    dead = sum(1 for entry in iter_keys(storage, keys.dlq) if entry.size)
     return {
         "queue": keys.queue,
         "pending": pending,
@@ -72,6 +72,8 @@ def _messages(storage: Storage, keys: QueueKeys) -> Iterator[tuple[Entry, int, i
     for entry in iter_keys(storage, keys.inbox):
         yield entry, 1, entry.last_modified_ms
     for entry in iter_keys(storage, keys.msg):
+        if entry.size == 0:
+            continue  # a consumed copy's tombstone (apply.py)
         parsed = parse_msg_name(entry.key[len(keys.msg) :])
         if parsed is None:
             yield entry, 1, 0
@@ -84,7 +86,7 @@ def dead_letters(storage: Storage, keys: QueueKeys, limit: int = 100) -> list[di
     for entry in iter_keys(storage, keys.dlq):
         if len(entries) >= limit:
             break
-        obj = storage.get(entry.key)
+        obj = storage.get(entry.key) if entry.size else None  # empty: redriven
         if obj is None:
             continue
         try:
@@ -101,7 +103,7 @@ def redrive(storage: Storage, keys: QueueKeys, now_ms: int) -> int:
     """Each dead letter becomes a fresh message (attempt 1, errors kept), then is deleted."""
     moved = 0
     for entry in list(iter_keys(storage, keys.dlq)):
-        obj = storage.get(entry.key)
+        obj = storage.get(entry.key) if entry.size else None  # empty: redriven already
         if obj is None:
             continue
         try:
@@ -113,7 +115,9 @@ def redrive(storage: Storage, keys: QueueKeys, now_ms: int) -> int:
         group = record.group
         key = MsgKey(now_ms, new_id(now_ms), group) if group else MsgKey(now_ms, new_id(now_ms))
         storage.put(keys.msg_key(key), encode_records([record], new_token()), if_none_match=True)
-        storage.delete(entry.key, if_match=entry.etag)
+        # A tombstone, not a delete: a late applier of the commit that wrote this dead letter
+        # cannot create it again (apply.py); the DLQ's lifecycle rule removes it.
+        storage.put(entry.key, b"", if_match=entry.etag)
         moved += 1
     return moved
 

@@ -1,10 +1,22 @@
 """Applying a committed ticket's outcomes: idempotent, so anyone who finds it committed may.
 
 Order per ticket: PUT every copy (retry copies, remainders, dead letters), mark explicit-id
-markers done, delete the source objects, then DELETE the ticket. Copies carry the ticket as
-their origin (``~o<epoch>-<seq>``) and the coordinator does not dispatch them while the ticket
-lives, so a second applier that re-PUTs a copy can never revive one already consumed. A source
-object is deleted only after its copies exist, and the ticket only after all of that.
+markers done, retire the source objects, then DELETE the ticket. A source is retired only
+after its copies exist, and the ticket only after all of that.
+
+Copies are created with If-None-Match on deterministic keys, so two appliers write each once.
+A copy must also never be written *again* after it was consumed (handled and retired), or it
+would run twice:
+
+    committer  commit ....(paused)........................................ PUT copy (again!)
+    helper              (ticket quiet) apply: PUT copy, retire source, DELETE ticket
+    coordinator                                    dispatch copy -> handled -> retire copy
+
+So a consumed copy is not deleted but overwritten by an empty *tombstone* (PUT If-Match): the
+late PUT If-None-Match then fails. The coordinator skips tombstones and deletes them after
+``CoordinatorSettings.tombstone_ttl``. Copies also carry their ticket as origin
+(``~o<epoch>-<seq>``) and are not dispatched while it lives. Original messages are deleted
+outright: nothing ever writes their keys again.
 """
 
 from __future__ import annotations
@@ -30,10 +42,14 @@ class Loaded:
     """Set when the object could not be decoded; `records` then holds one raw record."""
 
 
+TOMBSTONE = b""
+"""What a consumed copy is overwritten with (library message objects are never empty)."""
+
+
 def load_ref(storage: Storage, keys: QueueKeys, ref: Ref, max_bytes: int) -> Loaded | None:
     """GET a ref's object and decode it; None if it is gone (its outcomes were applied)."""
     obj = storage.get(ref.key)
-    if obj is None:
+    if obj is None or (obj.body == TOMBSTONE and ref.key.startswith(keys.msg)):
         return None
     name = ref.key[len(keys.root) :]
     if ref.key.startswith(keys.msg) and parse_msg_name(name[4:]) is not None:
@@ -74,13 +90,10 @@ def apply_ticket(
             continue  # already applied by someone else
         _apply_ref(storage, keys, ticket, origin, ref, loaded.records, outcomes)
         sources.append(ref.key)
-    msg_sources = [k for k in sources if k.startswith(keys.msg)]
-    if msg_sources:
-        storage.delete_many(msg_sources)
-    for key in sources:
-        if not key.startswith(keys.msg):
-            _delete_foreign(storage, key, ticket)
-    storage.delete(keys.ticket(ticket.epoch, ticket.seq), if_match=etag)
+    _retire(storage, keys, ticket, sources)
+    # Conflict: nobody writes a committed ticket, so only another applier deleting it first.
+    with contextlib.suppress(Conflict):
+        storage.delete(keys.ticket(ticket.epoch, ticket.seq), if_match=etag)
 
 
 def _untouched(keys: QueueKeys, ref: Ref, outcomes: list[Outcome]) -> bool:
@@ -91,11 +104,24 @@ def _untouched(keys: QueueKeys, ref: Ref, outcomes: list[Outcome]) -> bool:
     return source is not None and source.group is not None
 
 
-def _delete_foreign(storage: Storage, key: str, ticket: Ticket) -> None:
-    ref = next(r for r in ticket.refs if r.key == key)
-    # Conflict: the other service put a new object under the same name, a new message.
-    with contextlib.suppress(Conflict):
-        storage.delete(key, if_match=ref.etag)
+def _retire(storage: Storage, keys: QueueKeys, ticket: Ticket, sources: list[str]) -> None:
+    """Delete original messages, tombstone copies, delete inbox objects if unchanged."""
+    etags = {r.key: r.etag for r in ticket.refs}
+    originals: list[str] = []
+    for key in sources:
+        parsed = parse_msg_name(key[len(keys.msg) :]) if key.startswith(keys.msg) else None
+        if parsed is not None and parsed.origin is not None:
+            # Conflict: already a tombstone (another applier), or long gone.
+            with contextlib.suppress(Conflict):
+                storage.put(key, TOMBSTONE, if_match=etags[key])
+        elif key.startswith(keys.msg):
+            originals.append(key)
+        else:
+            # Conflict: the other service put a new object under the same name, a new message.
+            with contextlib.suppress(Conflict):
+                storage.delete(key, if_match=etags[key])
+    if originals:
+        storage.delete_many(originals)
 
 
 def _apply_ref(
@@ -112,9 +138,10 @@ def _apply_ref(
     released: list[Record] = []
     for record in records:
         outcome = kinds.get(record.id)
-        attempt = record.attempt + ref.redeliveries
+        delivered = record.attempt + ref.redeliveries
+        attempt = outcome.attempt if outcome is not None and outcome.attempt else delivered
         if outcome is None or outcome.kind == "release":
-            released.append(_with(record, attempt=attempt))
+            released.append(_with(record, attempt=delivered))
         elif outcome.kind == "retry":
             _put_retry(storage, keys, record, outcome, attempt, source, ticket)
         elif outcome.kind == "dead":

@@ -106,6 +106,9 @@ class CoordinatorSettings:
     """Seconds an unclaimed ticket waits before its worker is invoked again."""
     scan_pages: int = 2
     """LIST pages read per tick at most (bounds a tick's cost whatever the backlog)."""
+    tombstone_ttl: float = 3600.0
+    """Seconds a consumed copy's tombstone is kept (see apply.py) before the scan deletes it:
+    longer than any applier stays paused between its commit and its apply."""
 
 
 @dataclass(frozen=True)

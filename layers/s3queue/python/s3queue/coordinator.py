@@ -120,7 +120,8 @@ class Coordinator:
             self.memory = self._fresh(self.lease.epoch)
             self.emit("takeover", self.clock.now_ms(), epoch=self.lease.epoch, owner=self.owner)
         listed = self._list_tickets()
-        if self.lease.pending_seals() and not self._seal(listed):
+        if self._outranked(listed) or (self.lease.pending_seals() and not self._seal(listed)):
+            self.memory = self._fresh()
             return TickResult(leader=False)
         reaped = self._reconcile(listed)
         return self._dispatch(reaped)
@@ -137,6 +138,8 @@ class Coordinator:
             name = entry.key[len(self.keys.root) :]
             if name.startswith(("inbox/", "tickets/")):
                 return True
+            if entry.size == 0 and name.startswith("msg/"):
+                continue  # a tombstone
             parsed = parse_msg_name(name[4:]) if name.startswith("msg/") else None
             if name.startswith("msg/") and (parsed is None or parsed.ready_ms <= now):
                 return True
@@ -167,6 +170,18 @@ class Coordinator:
                 return entries
             start = page.entries[-1].key
 
+    def _outranked(self, listed: list[Entry]) -> bool:
+        """A ticket of a later epoch: another leader took over while we were paused (our lease
+        renewal was not due yet, so we had not noticed). Stand down without touching anything:
+        our lease document is stale, and judging its tickets by it would be wrong."""
+        epoch = self.lease.epoch
+        names = (entry.key[len(self.keys.tickets) :] for entry in listed)
+        newer = [p for name in names if (p := parse_ticket_name(name)) and p[0] > epoch]
+        if newer:
+            self.lease.abdicate()
+            self.emit("deposed", self.clock.now_ms(), epoch=epoch, newer=newer[0][0])
+        return bool(newer)
+
     def _seal(self, listed: list[Entry]) -> bool:
         """Fix the highest valid seq of every taken-over epoch, and forget empty epochs."""
         doc = self.lease.doc
@@ -195,7 +210,7 @@ class Coordinator:
             parsed = parse_ticket_name(entry.key[len(self.keys.tickets) :])
             if parsed is None:
                 continue
-            if not doc.accepts(*parsed):
+            if doc.accepts(*parsed) is False:  # below its epoch's seal: no worker ever runs it
                 self._drop_fenced(entry)
                 continue
             seen.add(entry.key)
@@ -256,18 +271,19 @@ class Coordinator:
 
     def _reap(self, key: str, known: Known, now: int) -> int:
         """Expired claim: CAS the ticket to a new generation, then invoke a worker again."""
-        ticket, owner = known.ticket, known.ticket.owner
-        counts = {p.key: p.count for p in self._parsed(ticket)}
-        ticket.expire(now, counts)
+        # Work on a copy: if the PUT fails, memory must still hold the ticket as it is in S3.
+        ticket, owner = Ticket.decode(known.ticket.encode("")), known.ticket.owner
+        ticket.expire(now, {p.key: p.count for p in self._parsed(ticket)})
         token = new_token()
         try:
-            known.etag = self.storage.put(
-                key, ticket.encode(token), if_match=known.etag, token=token
-            )
+            etag = self.storage.put(key, ticket.encode(token), if_match=known.etag, token=token)
         except Conflict:
+            # The holder heartbeat or committed first: its lease is valid again. The ticket
+            # stays known (its messages in flight); the next quiet spell reads it afresh.
             self.emit("lost_race", now, ticket=key, op="reap")
-            self.memory.known.pop(key, None)
+            known.etag = ""
             return 0
+        known.ticket, known.etag = ticket, etag
         self.emit("expire", now, ticket=key, generation=ticket.generation, owner=owner)
         self._invoke(key, known, now, reason="redeliver")
         return 1
@@ -294,6 +310,9 @@ class Coordinator:
         plan = planner.run(candidates)
         dispatched = sum(self._publish(batch, now) for batch in plan.batches)
         memory.cursor.advance(plan, stopped, now)
+        if memory.cursor.expired:
+            self.storage.delete_many(memory.cursor.expired)
+            memory.cursor.expired = []
         ready = [c.ready_ms for c in candidates if c.key not in in_flight and c.ready_ms <= now]
         return TickResult(
             leader=True,

@@ -37,6 +37,9 @@ class Cursor:
     next_in_group: dict[str, int] = field(default_factory=dict)
     """group -> sort time of its first message held back while the group was busy."""
     swept_ms: int = 0
+    expired: list[str] = field(default_factory=list)
+    """Tombstones past their TTL met by the scan, for the coordinator to delete."""
+    _now: int = 0
 
     def read(
         self, storage: Storage, now: int, in_flight: set[str], want: int
@@ -44,6 +47,7 @@ class Cursor:
         """Candidates from the inbox's first page, one page from the rewind point if any, and
         pages from the cursor until `want` new ones (at most ``scan_pages``). Also the last key
         read if the scan stopped short of now."""
+        self._now = now
         self._due(now)
         inbox = storage.list(self.keys.inbox).entries
         found = {e.key: scan.inbox_candidate(e) for e in inbox}
@@ -106,8 +110,12 @@ class Cursor:
     def _page(self, storage: Storage, start: str | None, found: dict[str, scan.Candidate]) -> str:
         """One LIST of msg/ into `found`; its last key when truncated, else ""."""
         page = storage.list(self.keys.msg, start_after=start)
-        prefix = len(self.keys.msg)
+        prefix, ttl = len(self.keys.msg), round(self.config.tombstone_ttl * 1000)
         for entry in page.entries:
+            if entry.size == 0:  # a consumed copy's tombstone (apply.py): not a message
+                if self._now - entry.last_modified_ms > ttl:
+                    self.expired.append(entry.key)
+                continue
             found[entry.key] = scan.msg_candidate(entry, entry.key[prefix:])
         return page.entries[-1].key if page.truncated and page.entries else ""
 

@@ -163,6 +163,10 @@ class LeaderLease:
         top = max([*epochs, self._clock.now_ms() // 1000])
         return LeaseDoc(None, top, 0, {e: PENDING for e in epochs if e != top})
 
+    def abdicate(self) -> None:
+        """Forget the lease without writing: a later epoch exists, ours is stale."""
+        self.doc = self._etag = None
+
     def pending_seals(self) -> list[int]:
         return [e for e, s in (self.doc.seals.items() if self.doc else ()) if s == PENDING]
 

@@ -151,6 +151,9 @@ class Outcome:
     at_ms: int
     error: str | None = None
     delay_ms: int = 0
+    attempt: int = 0
+    """The attempt this outcome ends (0 for a release: the handler did not run). Kept here, not
+    derived at apply time: a lease expiry after a heartbeat recorded it must not count."""
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"ref": self.ref, "id": self.id, "kind": self.kind, "at": self.at_ms}
@@ -158,6 +161,8 @@ class Outcome:
             out["error"] = self.error
         if self.delay_ms:
             out["delay"] = self.delay_ms
+        if self.attempt:
+            out["attempt"] = self.attempt
         return out
 
     @classmethod
@@ -169,6 +174,7 @@ class Outcome:
             int(data["at"]),
             data.get("error"),
             int(data.get("delay", 0)),
+            int(data.get("attempt", 0)),
         )
 
 

@@ -317,7 +317,7 @@ class Worker:
         if error is not None:
             fields["error"] = error
         self.emit("handler_finish", now, delay_ms=delay, **fields)
-        return Outcome(ref.key, record.id, kind, now, error, delay)
+        return Outcome(ref.key, record.id, kind, now, error, delay, attempt)
 
     def _already_done(self, message_id: str) -> bool:
         obj = self.storage.get(self.keys.marker(message_id))
