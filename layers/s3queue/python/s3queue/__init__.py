@@ -1,5 +1,7 @@
 """S3Queue: distributed worker queues backed by nothing but Amazon S3."""
 
+from typing import TYPE_CHECKING, Any
+
 from s3queue.config import CoordinatorSettings, QueueSettings
 from s3queue.errors import (
     AccessDenied,
@@ -13,7 +15,20 @@ from s3queue.errors import (
     StorageError,
 )
 from s3queue.producer import Queue
-from s3queue.runtime import run_local
+
+if TYPE_CHECKING:
+    from s3queue.runtime import run_local
+
+
+def __getattr__(name: str) -> Any:
+    # The local runtime is imported on first use: a Lambda function never needs it, and
+    # import time is cold-start time.
+    if name == "run_local":
+        from s3queue.runtime import run_local  # noqa: PLC0415
+
+        return run_local
+    raise AttributeError(f"module 's3queue' has no attribute {name!r}")
+
 
 __all__ = [
     "AccessDenied",

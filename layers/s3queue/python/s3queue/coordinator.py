@@ -14,7 +14,8 @@ outcomes were applied, so the later LIST of messages cannot show its finished me
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable
+from collections import Counter
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -297,14 +298,20 @@ class Coordinator:
                 leader=True, live_tickets=live, reaped=reaped, in_flight=self._in_flight_messages()
             )
         in_flight = {r.key for k in memory.known.values() for r in k.ticket.refs}
+        busy = self._busy_groups()
         want = capacity * self.settings.batch_size
-        candidates, stopped = memory.cursor.read(self.storage, now, in_flight, want)
+        memory.cursor.first_page = min(1000, 2 * want + 100)
+
+        def enough(found: Iterable[scan.Candidate]) -> bool:
+            return _dispatchable(found, in_flight, busy, self.settings.batch_size) >= want
+
+        candidates, stopped = memory.cursor.read(self.storage, now, enough)
         planner = scan.Planner(
             now_ms=now,
             batch_size=self.settings.batch_size,
             capacity=capacity,
             in_flight=in_flight,
-            busy_groups=self._busy_groups(),
+            busy_groups=busy,
             live_origins={key.rsplit("/", 1)[1] for key in memory.known},
         )
         plan = planner.run(candidates)
@@ -373,6 +380,22 @@ class Coordinator:
             return
         if reason != "new":
             self.emit("reinvoke", now, ticket=key, reason=reason)
+
+
+def _dispatchable(
+    found: Iterable[scan.Candidate], in_flight: set[str], busy: set[str], batch_size: int
+) -> int:
+    """About how many of `found` a plan could take: a free group gives one batch at most."""
+    count, per_group = 0, Counter[str]()
+    for candidate in found:
+        if candidate.key in in_flight:
+            continue
+        if candidate.group is None:
+            count += candidate.count
+        elif candidate.group not in busy and per_group[candidate.group] < batch_size:
+            per_group[candidate.group] += 1
+            count += 1
+    return count
 
 
 @dataclass(frozen=True, slots=True)

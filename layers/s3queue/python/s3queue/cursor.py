@@ -15,7 +15,7 @@ back for everyone else. A group head in backoff schedules a wake-up: a rewind on
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from s3queue import scan
@@ -37,31 +37,38 @@ class Cursor:
     next_in_group: dict[str, int] = field(default_factory=dict)
     """group -> sort time of its first message held back while the group was busy."""
     swept_ms: int = 0
+    first_page: int = 1000
+    """Keys asked of the first LIST (the coordinator sizes it to what it can dispatch)."""
     expired: list[str] = field(default_factory=list)
     """Tombstones past their TTL met by the scan, for the coordinator to delete."""
     _now: int = 0
 
     def read(
-        self, storage: Storage, now: int, in_flight: set[str], want: int
+        self, storage: Storage, now: int, enough: Callable[[Iterable[scan.Candidate]], bool]
     ) -> tuple[list[scan.Candidate], str]:
         """Candidates from the inbox's first page, one page from the rewind point if any, and
-        pages from the cursor until `want` new ones (at most ``scan_pages``). Also the last key
-        read if the scan stopped short of now."""
+        pages from the cursor until there is `enough` to dispatch, at most ``scan_pages``. Also
+        the last key read if the scan stopped short of now.
+
+        The first page asks for about `want` keys (parsing a full page of 1,000 costs a busy
+        coordinator more than the LIST itself); later ones for a full page, so a long run of
+        a busy group's messages is crossed quickly.
+        """
         self._now = now
         self._due(now)
         inbox = storage.list(self.keys.inbox).entries
         found = {e.key: scan.inbox_candidate(e) for e in inbox}
         if self.rewind_ms is not None:
             if self.keys.msg_after(self.rewind_ms) < self.start_after:
-                self._page(storage, self.keys.msg_after(self.rewind_ms), found)
+                self._page(storage, self.keys.msg_after(self.rewind_ms), found, 1000)
             self.rewind_ms = None
-        start, stopped = self.start_after or None, ""
+        start, stopped, limit = self.start_after or None, "", self.first_page
         for _ in range(self.config.scan_pages):
-            stopped = self._page(storage, start, found)
+            stopped = self._page(storage, start, found, limit)
             if not stopped or found[stopped].sort_ms > now:
                 return _ordered(found), ""
-            start = stopped
-            if sum(1 for key in found if key not in in_flight) >= want:
+            start, limit = stopped, 1000
+            if enough(found.values()):
                 break
         return _ordered(found), stopped
 
@@ -107,9 +114,11 @@ class Cursor:
     def _rewind(self, sort_ms: int) -> None:
         self.rewind_ms = sort_ms if self.rewind_ms is None else min(self.rewind_ms, sort_ms)
 
-    def _page(self, storage: Storage, start: str | None, found: dict[str, scan.Candidate]) -> str:
+    def _page(
+        self, storage: Storage, start: str | None, found: dict[str, scan.Candidate], limit: int
+    ) -> str:
         """One LIST of msg/ into `found`; its last key when truncated, else ""."""
-        page = storage.list(self.keys.msg, start_after=start)
+        page = storage.list(self.keys.msg, start_after=start, limit=limit)
         prefix, ttl = len(self.keys.msg), round(self.config.tombstone_ttl * 1000)
         for entry in page.entries:
             if entry.size == 0:  # a consumed copy's tombstone (apply.py): not a message

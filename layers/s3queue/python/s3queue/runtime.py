@@ -33,9 +33,10 @@ from s3queue.worker import Worker
 log = logging.getLogger(__name__)
 
 LOCAL_SERVE = ServeSettings(
-    busy_interval=0.05, idle_interval=0.1, max_idle_interval=0.5, linger=None, reserve=0.0
+    busy_interval=0.05, idle_interval=0.1, max_idle_interval=1.0, linger=None, reserve=0.0
 )
-"""Local requests cost nothing: poll often (latency under a second), never end by itself."""
+"""Poll often (an idle queue is probed once a second: a first message starts within about a
+second; against real S3 that is 60 LISTs a minute per queue), never end by itself."""
 Progress = Callable[[dict[str, dict[str, int]]], None]
 """Receives ``{queue: {pending, delayed, in_flight, processed, retried, dead_lettered, dlq}}``."""
 

@@ -4,9 +4,10 @@ Cost and latency:
 
 - A queue starts in *probe* mode: one `Coordinator.probe` (one LIST) says whether it has work.
   No lease is taken before that, so a run over idle queues costs one LIST per queue, then ends.
-- A queue with work is ticked: every ``busy_interval`` while anything was dispatched, is waiting
-  or in flight (enqueue-to-start latency is about one interval), then with a doubling backoff
-  once idle. Idle for ``release_after``, it hands its lease back and returns to probing.
+- A queue with work is ticked every ``busy_interval`` while anything was dispatched, is waiting
+  or in flight (enqueue-to-start latency is about one interval). Once a tick finds nothing left
+  it goes back to probes, with a doubling backoff, keeping its lease; idle for
+  ``release_after``, it hands the lease back.
 - Another coordinator leading a queue (two runs started together) is no error: this run asks
   again every ``follow_interval`` and takes over when the leader releases or lapses.
 
@@ -187,7 +188,10 @@ class _Run:
             return True
         if self.gauges is not None:
             self.gauges.idle(slot.coordinator)
-        self._quiet(slot, self.clock.now_ms())
+        now = self.clock.now_ms()
+        quiet_since = self._quiet(slot, now)
+        if slot.coordinator.lease.leading and now - quiet_since >= _ms(self.settings.release_after):
+            slot.coordinator.release()  # idle for long: let whoever comes next take over at once
         return False
 
     def _tick(self, slot: _Slot) -> None:
@@ -207,8 +211,10 @@ class _Run:
             self.gauges.observe(slot.coordinator, result)
         if not result.idle:
             self._busy(slot, now)
-        elif now - self._quiet(slot, now) >= _ms(self.settings.release_after):
-            slot.coordinator.release()  # a long-idle queue costs one LIST per probe, not a tick
+        else:
+            # Nothing left: watch with probes (one LIST) rather than ticks (three), keeping the
+            # lease, so the wait before the next message (or the run's end) costs little.
+            self._quiet(slot, now)
             slot.mode = "probe"
 
     def _busy(self, slot: _Slot, now: int) -> None:
@@ -241,7 +247,7 @@ class _Run:
 
     def release(self) -> None:
         for slot in self.slots:
-            if slot.mode == "tick":
+            if slot.coordinator.lease.leading:
                 try:
                     slot.coordinator.release()
                 except StorageError as exc:  # the lease lapses by itself after its TTL
