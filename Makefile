@@ -40,6 +40,13 @@ demo: install
 bench: install
 	$(PY) -m bench.run $(BENCH_ARGS)
 
+## make chaos: a long chaos soak, random seeds, a results table; a failure prints its seed
+## (CHAOS_ARGS="--backend seaweed --messages 500", "--seed N" to replay, "--runs 5"; see
+## tests/chaos/soak.py)
+.PHONY: chaos
+chaos: install
+	$(PY) tests/chaos/soak.py $(CHAOS_ARGS)
+
 clean:
 	rm -rf $(VENV) cdk.out .mypy_cache .ruff_cache .pytest_cache
 

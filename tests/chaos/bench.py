@@ -11,9 +11,10 @@ import random
 from collections.abc import Callable
 from typing import Any
 
-from s3queue.clock import FakeClock
+from s3queue.clock import FakeClock, SystemClock
 from s3queue.config import CoordinatorSettings, QueueSettings
 from s3queue.coordinator import Coordinator
+from s3queue.errors import S3QueueError
 from s3queue.producer import Queue
 from s3queue.storage import MemoryStorage
 from s3queue.storage.base import Storage
@@ -21,7 +22,7 @@ from s3queue.worker import Worker, WorkResult
 
 from chaos import checker, workload
 from chaos.actors import QUEUE
-from chaos.history import FinalState, History, Oracle, snapshot
+from chaos.history import FinalState, History, Oracle, live_work, snapshot
 from chaos.process import CrashAt, ProcessStorage, SkewedClock
 from chaos.scenario import KEYS, PREFIX
 
@@ -56,7 +57,8 @@ class Bench:
             visibility_timeout=30, max_retries=max_retries or 2, max_message_bytes=4096
         )
         self.coordination = coordination or CoordinatorSettings()
-        self.clock = FakeClock()
+        # On a real server, start at the real time: S3 stamps Last-Modified with it.
+        self.clock = FakeClock(SystemClock().now_ms()) if backend is not None else FakeClock()
         self.history = History(self.clock.now_ms)
         self.backend: Storage = backend or MemoryStorage(self.clock)
         """Where the queue lives: MemoryStorage, or an S3Storage on a real server."""
@@ -120,11 +122,15 @@ class Bench:
         )
 
     def work(self, worker: Worker, **kwargs: Any) -> list[WorkResult]:
-        """Process every pending invocation with `worker`, oldest first."""
+        """Process every pending invocation with `worker`, oldest first. An S3QueueError fails
+        that invocation only, as in the worker Lambda (logged; the protocol recovers)."""
         results = []
         while self.invocations:
             payload = self.invocations.pop(0)
-            results.append(worker.process(payload, self.handler(worker), **kwargs))
+            try:
+                results.append(worker.process(payload, self.handler(worker), **kwargs))
+            except S3QueueError as exc:
+                self.history.record("worker_error", worker.owner, error=repr(exc))
         return results
 
     def expire(self) -> None:
@@ -145,8 +151,7 @@ class Bench:
         raise AssertionError(f"not drained after {rounds} rounds: {self.queue.stats()}")
 
     def empty(self) -> bool:
-        prefixes = (KEYS.tickets, KEYS.msg, KEYS.inbox)
-        return not any(self.backend.list(p, limit=1).entries for p in prefixes)
+        return not live_work(self.backend, KEYS)
 
     def final(self) -> FinalState:
         return snapshot(self.backend, KEYS)

@@ -26,7 +26,8 @@ mix, not the same interleaving; the deterministic simulation (`sim.py`) replays 
 
 `StorageFaults` injects what those faults look like above `S3Storage` (after its retries) into
 any `Storage`, for the fast in-memory runs: an error before or after the write applied, a lost
-response recognised by token, a 409 that did not apply.
+response recognised by token, and a 409 that persisted past every retry, which the storage layer
+settles (`settle_put_conflict`): a `StorageError` while the write's condition still holds.
 """
 
 from __future__ import annotations
@@ -43,8 +44,15 @@ from urllib.parse import unquote
 from botocore.awsrequest import AWSResponse
 from botocore.exceptions import ConnectionClosedError
 from botocore.httpsession import URLLib3Session
-from s3queue.errors import Conflict, StorageError
-from s3queue.storage.base import Head, Object, Page, Storage
+from s3queue.errors import StorageError
+from s3queue.storage.base import (
+    Head,
+    Object,
+    Page,
+    Storage,
+    settle_delete_conflict,
+    settle_put_conflict,
+)
 
 from chaos.history import History
 
@@ -188,8 +196,9 @@ class StorageFaults:
     ``error_before``: `StorageError`, nothing applied (5xx past every retry). ``error_after``:
     the write applied, then `StorageError` (its response lost past every retry).
     ``lost_response``: the write applied and is sent again, as the SDK's retry would, so the
-    backend's token recognition must turn the conflict into success. ``conflict409``:
-    `Conflict` on a conditional write that did not apply. ``latency``: `pause` first.
+    backend's token recognition must turn the conflict into success. ``conflict409``: a
+    conditional write or delete that did not apply, settled as the storage layer settles a
+    refusal (`StorageError` while the condition holds). ``latency``: `pause` first.
     """
 
     def __init__(
@@ -219,8 +228,6 @@ class StorageFaults:
             self.pause(rng.uniform(low, high) / 1000)
         elif kind == "error_before":
             raise StorageError(f"injected: {operation} {key} failed")
-        elif kind == "conflict409":
-            raise Conflict(f"injected: 409 ConditionalRequestConflict on {key}")
         return kind
 
     def _after(self, kind: str | None, operation: str, key: str) -> None:
@@ -246,6 +253,10 @@ class StorageFaults:
     ) -> str:
         conditional = if_match is not None or if_none_match
         kind = self._fault("PutObject", key, write=True, conditional=conditional)
+        if kind == "conflict409":  # nothing written; the storage layer settles the refusal
+            return settle_put_conflict(
+                self.inner, key, token=token, if_match=if_match, if_none_match=if_none_match
+            )
         etag = self.inner.put(
             key, body, if_match=if_match, if_none_match=if_none_match, token=token
         )
@@ -258,6 +269,9 @@ class StorageFaults:
 
     def delete(self, key: str, *, if_match: str | None = None) -> None:
         kind = self._fault("DeleteObject", key, write=True, conditional=if_match is not None)
+        if kind == "conflict409" and if_match is not None:
+            settle_delete_conflict(self.inner, key, if_match)
+            return
         self.inner.delete(key, if_match=if_match)
         if kind == "lost_response":
             self.inner.delete(key, if_match=if_match)

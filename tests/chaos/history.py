@@ -8,7 +8,7 @@ Sources, all appended under one lock with a global sequence number:
 - the handler's own calls (``exec``): proof that a handler really ran, with the body;
 - the `Oracle`: every ticket write and delete that S3 applied (``ticket_write``,
   ``ticket_delete``), whether or not its writer heard the answer: the ground truth of claims,
-  renewals, commits and reaps;
+  renewals, commits and reaps; and what each copy written by an apply holds (``copy_write``);
 - the test's own acts: foreign objects put in the inbox (``put_foreign``), enqueues that raised
   (``enqueue_failed``), crashes (``crash``), freezes and injected faults (``fault``).
 
@@ -140,7 +140,7 @@ def snapshot(storage: Storage, keys: QueueKeys) -> FinalState:
         final.pending.extend(_pending(storage, keys, entry.key))
     for entry in iter_keys(storage, keys.dlq):
         obj = storage.get(entry.key)
-        if obj is not None:
+        if obj is not None and obj.body:  # an empty one: a redriven letter's marker
             doc = json.loads(obj.body)
             doc["key"] = entry.key
             final.dead.append(doc)
@@ -150,9 +150,23 @@ def snapshot(storage: Storage, keys: QueueKeys) -> FinalState:
     return final
 
 
+def is_tombstone(key: str, size: int) -> bool:
+    """An emptied copy (``~o`` in its name, no bytes): a consumed copy kept as a marker that it
+    was consumed, in cores that retire copies that way; never a message."""
+    parsed = parse_msg_name(key.rsplit("/", 1)[-1])
+    return size == 0 and parsed is not None and parsed.origin is not None
+
+
+def live_work(storage: Storage, keys: QueueKeys) -> bool:
+    """Whether the queue holds a message or a ticket (a few LISTs)."""
+    if storage.list(keys.tickets, limit=1).entries or storage.list(keys.inbox, limit=1).entries:
+        return True
+    return any(not is_tombstone(e.key, e.size) for e in iter_keys(storage, keys.msg))
+
+
 def _pending(storage: Storage, keys: QueueKeys, key: str) -> list[Pending]:
     obj = storage.get(key)
-    if obj is None:
+    if obj is None or is_tombstone(key, len(obj.body)):
         return []
     name = key[len(keys.root) :]
     if parse_msg_name(name[4:]) is None:
@@ -199,13 +213,25 @@ class Oracle:
         if key.startswith(self.tickets) and (key, token) not in self._seen:
             self._seen.add((key, token))
             self._wrote(key, body)
+        elif body and "~o" in key.rsplit("/", 1)[-1]:
+            self._copied(key, body)
         return etag
+
+    def _copied(self, key: str, body: bytes) -> None:
+        """A retry copy or a remainder: which messages it holds (a remainder keeps its source's
+        name, but only some of its messages)."""
+        try:
+            ids = [r.id for r in decode_records(body)]
+        except MalformedMessage:
+            return
+        self.history.record("copy_write", "s3", key=key, ids=ids)
 
     def _wrote(self, key: str, body: bytes) -> None:
         try:
             t = Ticket.decode(body)
         except MalformedMessage:
             return
+        created = t.state == "pending" and t.generation == 0 and not t.outcomes
         self.history.record(
             "ticket_write",
             "s3",
@@ -215,6 +241,7 @@ class Oracle:
             owner=t.owner,
             lease_until=t.lease_until_ms,
             outcomes=[(o.id, o.kind) for o in t.outcomes],
+            **({"refs": [r.key for r in t.refs]} if created else {}),
         )
 
     def delete(self, key: str, *, if_match: str | None = None) -> None:

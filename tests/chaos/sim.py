@@ -7,16 +7,18 @@ has come, with a seeded generator; when none is ready it moves the `FakeClock` t
 wake time. So S3 calls interleave at random but reproducibly, a handler "taking 20 s" lets
 everyone else run for 20 simulated seconds, and an hour of chaos takes seconds of CPU.
 
-Replay: the same seed and configuration give the same interleaving, faults and history (ids
-and ETags differ, being random, but not the order of anything).
+Replay: the same seed and configuration give the same interleaving, faults and history
+(message ids come from a seeded generator during a run, see `patch_ids`; ETags and tokens
+stay random, but only their equality matters).
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 import random
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 from s3queue.clock import FakeClock
 
@@ -138,6 +140,36 @@ class Sim:
                 actor.go.set()
                 self.parked.wait()
             actor.thread.join()
+
+
+class SeededIds:
+    """ULID-like message ids from a seeded generator, for `patch_ids`: S3Queue's own ids mix in
+    os.urandom, and two copies sharing a sort time list in the order of their ids, so random
+    ids would make a replay diverge."""
+
+    _CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
+
+    def __init__(self, seed: int) -> None:
+        self.rng = random.Random(f"{seed}:ids")
+        self.last = 0
+
+    def __call__(self, now_ms: int | None = None) -> str:
+        value = max(((now_ms or 0) << 80) | self.rng.getrandbits(80), self.last + 1)
+        self.last = value
+        return "".join(self._CROCKFORD[(value >> shift) & 31] for shift in range(125, -1, -5))
+
+
+@contextlib.contextmanager
+def patch_ids(seed: int) -> Iterator[None]:
+    """Seeded message ids in the producer for the duration (see `SeededIds`)."""
+    from s3queue import producer
+
+    original = producer.new_id
+    producer.new_id = SeededIds(seed)
+    try:
+        yield
+    finally:
+        producer.new_id = original
 
 
 class ActorFailed(Exception):

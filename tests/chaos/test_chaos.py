@@ -15,8 +15,10 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from s3queue.config import CoordinatorSettings, QueueSettings
 from s3queue.embedded import EmbeddedS3
 
+from chaos.bench import Bench
 from chaos.process import Hazards
 from chaos.scenario import Config, Result, real_time, run_cluster, run_sim
 from chaos.workload import Mix
@@ -49,20 +51,7 @@ FAMILIES: dict[str, dict[str, Any]] = {
     },
 }
 SEEDS = (1, 2, 3)
-BUG_C = "BUG C: a paused ex-leader deletes the new leader's live tickets as fenced"
-BUG_D = "BUG D: a failed reap PUT leaves a mutated ticket in memory; the lease is taken over "
-BUG_D += "with no reap written and no expire event"
-BUG_F = "BUG F: a 409 on apply's If-None-Match PUT (retry copy, dead letter) is taken for "
-BUG_F += "'already written' and the message is lost; BUG F2: a 409 on the inbox object's "
-BUG_F2 = BUG_F + "DELETE leaves it to run again"
-KNOWN: dict[tuple[str, int], str] = {
-    ("s3-errors", 1): BUG_D,
-    ("s3-errors", 2): BUG_D,
-    ("409-conflicts", 1): BUG_F2,
-    ("409-conflicts", 2): BUG_F2,
-    ("409-conflicts", 3): BUG_F2,
-    ("everything", 1): BUG_C,
-}
+KNOWN: dict[tuple[str, int], str] = {}
 """(family, seed) -> the known core bug that breaks it (each has a minimal test in
 test_core_bugs.py); the run's report names the invariants."""
 
@@ -131,6 +120,60 @@ def test_skew_beyond_the_tolerance_reaps_early_but_loses_nothing(seed: int) -> N
 def test_skew_beyond_the_tolerance_does_reap_early() -> None:
     early = [sim("skew-within-tolerance", s, skew_ms=20_000).report for s in SEEDS]
     assert any("early_redelivery" in r.invariants() for r in early)
+
+
+# --- one slow handler, a skewed worker clock, a coordinator ticking every second ------------
+
+
+def slow_handler_under_skew(worker_offset_ms: int, handler_s: float) -> Bench:
+    """w1 (its clock `worker_offset_ms` off) runs one message for `handler_s` seconds without
+    a heartbeat, while the coordinator ticks every second and w2 takes any redelivery.
+
+    dispatch_timeout (10 s) is below the visibility timeout, so the coordinator re-reads the
+    quiet ticket early and its lease_until decides; with dispatch_timeout >= visibility the
+    coordinator would not even look before 30 s of quiet by S3's Last-Modified."""
+    coordination = CoordinatorSettings(skew_tolerance=5, dispatch_timeout=10)
+    bench = Bench(QueueSettings(visibility_timeout=30), coordination)
+    bench.producer.send([bench.spec(0, ms=0)], Mix(packed=0.0))
+    coordinator = bench.coordinator("c1")
+    coordinator.tick()
+    second = bench.worker("w2")
+
+    def slow(message: Any) -> None:
+        bench.history.record("exec", "w1", id=message.id, attempt=message.attempt)
+        for _ in range(round(handler_s)):
+            bench.clock.advance(1)
+            coordinator.tick()
+            bench.work(second)
+
+    first = bench.worker("w1", offset_ms=worker_offset_ms)
+    first.process(bench.invocations.pop(0), slow)
+    bench.drain(coordinator, second)
+    return bench
+
+
+def test_worker_clock_behind_within_the_tolerance_keeps_its_lease() -> None:
+    # 4.9 s behind: its lease_until is 4.9 s early, which the 5 s tolerance absorbs
+    report = slow_handler_under_skew(-4_900, 29.5).check()
+    assert report.ok, report.summary()
+    assert report.counts["runs"] == 1 and report.counts["expiries"] == 0
+
+
+def test_worker_clock_behind_beyond_the_tolerance_is_reaped_early() -> None:
+    # 12 s behind: reaped 23 s after its claim, before the 30 s visibility timeout
+    bench = slow_handler_under_skew(-12_000, 29.5)
+    report = bench.check()
+    assert report.invariants() == {"early_redelivery"}, report.summary()
+    assert report.counts["runs"] == 2 and len(bench.history.of("lease_lost")) == 1
+
+
+def test_handler_slower_than_its_visibility_timeout_is_redelivered_and_fenced() -> None:
+    bench = slow_handler_under_skew(0, 45)
+    report = bench.check()
+    assert report.ok, report.summary()
+    [redelivery] = report.redeliveries
+    assert redelivery.reason == "a handler of its ticket outlived the lease"
+    assert redelivery.attempt == 2 and len(bench.history.of("lease_lost")) == 1
 
 
 # --- SeaweedFS: real S3, real threads ----------------------------------------------------------

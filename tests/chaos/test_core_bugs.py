@@ -1,8 +1,9 @@
 """Bugs in the core that the chaos runs found, each reduced to a minimal deterministic test.
 
-Every test here fails today and is marked ``xfail(strict=True)``: the suite stays green, and a
-test turns red (XPASS) the day its bug is fixed, so the marker can go. Each asserts the
-checker's verdict on the run, and names the invariant it breaks.
+A test of an open bug is marked ``xfail(strict=True)``: the suite stays green, and the test
+turns red (XPASS) the day its bug is fixed, so the marker can go. A fixed bug's test stays as a
+plain regression test (A-G were fixed in e042ab1 and ed26773). Each asserts the checker's
+verdict on the run.
 """
 
 from __future__ import annotations
@@ -13,8 +14,8 @@ from typing import Any
 import pytest
 from s3queue.config import QueueSettings
 from s3queue.embedded import EmbeddedS3
-from s3queue.errors import Conflict, StorageError
-from s3queue.model import foreign_id
+from s3queue.errors import StorageError
+from s3queue.model import Record, encode_records, foreign_id
 from s3queue.storage.base import Storage
 from s3queue.storage.s3 import S3Storage
 
@@ -57,21 +58,16 @@ def once(condition: Callable[[str, str, bytes | None], bool], act: Callable[[], 
     return rule
 
 
-def conflict() -> None:
-    raise Conflict("injected: 409 ConditionalRequestConflict")
-
-
 def unavailable() -> None:
-    raise StorageError("injected: 503 SlowDown past every retry")
+    """What S3Storage raises once its retries are spent (5xx, throttling, a lasting 409)."""
+    raise StorageError("injected: S3 refused the request past every retry")
 
 
-@bug(
-    "BUG A: Coordinator._reap adds a redelivery to the whole ref of a packed object when any of "
-    "its messages is unfinished, and the worker and apply add ref.redeliveries to every record "
-    "of the ref, so a message whose failure a heartbeat had recorded gets attempt + 2: its "
-    "retries are cut short and its error history names the wrong attempt"
-)
 def test_a_packed_message_finished_before_a_lease_expiry_keeps_its_attempt_count() -> None:
+    """Was BUG A: Coordinator._reap adds a redelivery to the whole ref of a packed object when any
+    of its messages is unfinished, and the worker and apply add ref.redeliveries to every record
+    of the ref, so a message whose failure a heartbeat had recorded gets attempt + 2: its
+    retries are cut short and its error history names the wrong attempt Fixed in ed26773."""
     # GIVEN a packed object [poison, crasher]; the poison fails and a heartbeat records it
     bench = Bench(QueueSettings(visibility_timeout=30, max_retries=2, backoff_base=0.1))
     bench.producer.send([bench.spec(0, "poison", ms=15_000), bench.spec(1, "ok")], PACKED)
@@ -88,14 +84,12 @@ def test_a_packed_message_finished_before_a_lease_expiry_keeps_its_attempt_count
     assert report.ok, report.summary()
 
 
-@bug(
-    "BUG B: apply writes copies with If-None-Match on deterministic keys and the committer "
-    "applies from its cached objects without re-checking: a committer paused between its "
-    "commit and its apply for longer than dispatch_timeout re-creates a retry copy that a "
-    "helper's apply already wrote and a worker already consumed; the message runs (and is "
-    "committed) twice with no lease expiry"
-)
 def test_b_committer_paused_before_apply_does_not_revive_a_consumed_retry() -> None:
+    """Was BUG B: apply writes copies with If-None-Match on deterministic keys and the committer
+    applies from its cached objects without re-checking: a committer paused between its commit
+    and its apply for longer than dispatch_timeout re-creates a retry copy that a helper's apply
+    already wrote and a worker already consumed; the message runs (and is committed) twice with
+    no lease expiry Fixed in ed26773."""
     bench = Bench(QueueSettings(visibility_timeout=30, backoff_base=0.5, backoff_cap=0.5))
     bench.producer.send([bench.spec(0, "flaky", fails=1)], SINGLE)
     coordinator = bench.coordinator("c1")
@@ -118,12 +112,10 @@ def test_b_committer_paused_before_apply_does_not_revive_a_consumed_retry() -> N
     assert report.ok, report.summary()
 
 
-@bug(
-    "BUG C: Coordinator._reconcile drops every listed ticket its own lease document does not "
-    "accept; a paused ex-leader whose renewal is not due yet judges the new leader's tickets "
-    "(a higher epoch) by its stale document and deletes them, claimed or not"
-)
 def test_c_stale_leader_leaves_the_new_leaders_claimed_ticket_alone() -> None:
+    """Was BUG C: Coordinator._reconcile drops every listed ticket its own lease document does not
+    accept; a paused ex-leader whose renewal is not due yet judges the new leader's tickets (a
+    higher epoch) by its stale document and deletes them, claimed or not Fixed in ed26773."""
     bench = Bench()
     old = bench.coordinator("c1")
     old.tick()  # leads epoch 1
@@ -143,13 +135,12 @@ def test_c_stale_leader_leaves_the_new_leaders_claimed_ticket_alone() -> None:
     assert not bench.history.of("fenced"), "the stale leader deleted a live ticket"
 
 
-@bug(
-    "BUG D: Coordinator._reap mutates its in-memory ticket (pending, generation + 1, "
-    "redeliveries + 1) before the PUT; when the PUT fails with a StorageError the mutated "
-    "copy stays in memory with the old ETag, the next tick invokes a worker with it, and that "
-    "claim succeeds over the live claim: a takeover with no reap written and no expire event"
-)
 def test_d_a_failed_reap_put_is_not_acted_on() -> None:
+    """Was BUG D: Coordinator._reap mutates its in-memory ticket (pending, generation + 1,
+    redeliveries + 1) before the PUT; when the PUT fails with a StorageError the mutated copy
+    stays in memory with the old ETag, the next tick invokes a worker with it, and that claim
+    succeeds over the live claim: a takeover with no reap written and no expire event Fixed in
+    ed26773."""
     bench = Bench(QueueSettings(visibility_timeout=30))
     bench.producer.send([bench.spec(0)], SINGLE)
     failing = once(
@@ -170,18 +161,16 @@ def test_d_a_failed_reap_put_is_not_acted_on() -> None:
     assert report.ok, report.summary()
 
 
-@bug(
-    "BUG F: apply._create treats any Conflict on its If-None-Match PUT as 'an earlier apply "
-    "wrote it', but S3's 409 ConditionalRequestConflict means nothing was written (retry): "
-    "the retry copy (or dead letter, or remainder) is skipped, the source is deleted, and the "
-    "message is silently lost"
-)
 def test_f_409_on_the_retry_copy_does_not_lose_the_message() -> None:
+    """Was BUG F (fixed in e042ab1): apply._create took any Conflict on its If-None-Match PUT
+    for 'an earlier apply wrote it'; a 409 ConditionalRequestConflict (nothing written) then
+    skipped the retry copy, the source was deleted and the message was lost. Now a 409 that
+    outlasts the retries is a StorageError: the apply stops, a helper re-applies later."""
     bench = Bench(QueueSettings(visibility_timeout=30, backoff_base=0.5))
     bench.producer.send([bench.spec(0, "flaky", fails=1)], SINGLE)
     coordinator = bench.coordinator("c1")
     coordinator.tick()
-    rule = once(lambda op, key, body: op == "put" and key.startswith(KEYS.msg), conflict)
+    rule = once(lambda op, key, body: op == "put" and key.startswith(KEYS.msg), unavailable)
     bench.work(bench.worker("w1", Injecting(bench.storage, "w1", rule)))
     bench.drain(coordinator, bench.worker("w2"))
     report = bench.check()
@@ -189,10 +178,10 @@ def test_f_409_on_the_retry_copy_does_not_lose_the_message() -> None:
 
 
 @pytest.mark.s3
-@bug("BUG F, through S3Storage on SeaweedFS: a real 409 response to the retry copy's PUT")
 def test_f_409_from_s3_on_the_retry_copy_does_not_lose_the_message(
     seaweed: EmbeddedS3, bucket: str
 ) -> None:
+    """BUG F through S3Storage on SeaweedFS: a real 409 answer to the retry copy's PUT."""
     storage = S3Storage(seaweed.make_client(), bucket, sleep=lambda _: None)
     bench = Bench(QueueSettings(visibility_timeout=30, backoff_base=0.5), backend=storage)
     bench.producer.send([bench.spec(0, "flaky", fails=1)], SINGLE)
@@ -213,32 +202,39 @@ def test_f_409_from_s3_on_the_retry_copy_does_not_lose_the_message(
     assert report.ok, report.summary()
 
 
-@bug(
-    "BUG F2: apply._delete_foreign suppresses any Conflict on the inbox object's DELETE "
-    "If-Match, meant for 'another service put a new object under that name'; a 409 "
-    "ConditionalRequestConflict (nothing deleted) leaves the handled object in the inbox, and "
-    "it is dispatched and handled again: a duplicate execution with no lease expiry"
-)
-def test_f2_409_on_deleting_a_handled_inbox_object_does_not_run_it_again() -> None:
-    bench = Bench()
+@pytest.mark.s3
+def test_f2_409_on_deleting_a_handled_inbox_object_does_not_run_it_again(
+    seaweed: EmbeddedS3, bucket: str
+) -> None:
+    """Was BUG F2 (fixed in e042ab1): apply._delete_foreign suppresses a Conflict on the inbox
+    object's DELETE If-Match (meant for 'another service put a new object under that name'); a
+    409 (nothing deleted) left the handled object to be dispatched and handled again."""
+    bench = Bench(backend=S3Storage(seaweed.make_client(), bucket, sleep=lambda _: None))
     bench.storage.put(KEYS.inbox + "order.json", b'{"n": 1, "kind": "ok"}')
     bench.history.record("put_foreign", "producer", id=foreign_id("inbox/order.json"))
+    bench.clock.advance(1)  # past the server's Last-Modified stamp: the object is ready
     coordinator = bench.coordinator("c1")
-    coordinator.tick()
-    rule = once(lambda op, key, body: op == "delete" and key.startswith(KEYS.inbox), conflict)
-    bench.work(bench.worker("w1", Injecting(bench.storage, "w1", rule)))
+    assert coordinator.tick().dispatched == 1
+    faults = S3Faults(
+        FaultPlan(1, {"conflict409": 1.0}),
+        only=lambda op, key: op == "DeleteObject" and "/inbox/" in key,
+        limit=1,
+    )
+    worker_storage = bench.process_storage("w1")
+    client = faults.attach(seaweed.make_client())
+    worker_storage.inner = bench.oracle(S3Storage(client, bucket, sleep=lambda _: None))
+    bench.work(bench.worker("w1", worker_storage))
+    assert faults.log.counts["conflict409"] == 1
     bench.drain(coordinator, bench.worker("w2"))
     report = bench.check()
     assert report.ok, report.summary()
 
 
-@bug(
-    "BUG G: when a reap loses its CAS (the holder's heartbeat or commit landed first, or a "
-    "409), Coordinator._reap drops the ticket from memory.known, and the same tick's dispatch "
-    "no longer counts its messages in flight: they go out in a second ticket while the first "
-    "is still validly held (two valid leases on one message)"
-)
 def test_g_a_lost_reap_race_keeps_the_ticket_in_flight() -> None:
+    """Was BUG G: when a reap loses its CAS (the holder's heartbeat or commit landed first, or a
+    409), Coordinator._reap drops the ticket from memory.known, and the same tick's dispatch no
+    longer counts its messages in flight: they go out in a second ticket while the first is
+    still validly held (two valid leases on one message) Fixed in ed26773."""
     bench = Bench(QueueSettings(visibility_timeout=30, batch_size=1))
     bench.producer.send([bench.spec(0, ms=100)], SINGLE)
     coordinator_storage: list[Injecting] = []
@@ -273,14 +269,18 @@ def test_g_a_lost_reap_race_keeps_the_ticket_in_flight() -> None:
 
 
 @bug(
-    "Robustness: a 409 ConditionalRequestConflict on the ticket's final conditional DELETE "
-    "escapes Worker.process as Conflict after a successful commit and apply (the ticket is "
-    "re-applied by a helper after dispatch_timeout, so nothing is lost)"
+    "BUG I (in ed26773): Cursor._page skips a tombstone (an emptied ~o copy) but still returns "
+    "the page's last key, and Cursor.read looks it up in `found`: KeyError, a coordinator that "
+    "crashes at every tick while a tombstone ends a LIST page (the queue stops)"
 )
-def test_e_409_on_the_final_ticket_delete_is_not_an_error() -> None:
-    bench = Bench()
-    bench.producer.send([bench.spec(0)], SINGLE)
-    bench.coordinator("c1").tick()
-    rule = once(lambda op, key, body: op == "delete" and key.startswith(KEYS.tickets), conflict)
-    [result] = bench.work(bench.worker("w1", Injecting(bench.storage, "w1", rule)))
-    assert result.status == "committed"
+def test_i_tombstones_ending_a_list_page_do_not_crash_the_coordinator() -> None:
+    """Found by the 5,000-message soak. Every key but the last few is a tombstone, so the first
+    page ends with one whatever its size."""
+    bench = Bench(QueueSettings(batch_size=10, max_in_flight_tickets=2))
+    body = encode_records([Record("m", {"n": 0, "kind": "ok"}, 1_700_000_000_000)], "t")
+    for i in range(1105):
+        emptied = i < 1100
+        name = f"1700000000000-m{i:04d}" + ("~o0000000001-0000000000" if emptied else "")
+        bench.storage.put(KEYS.msg + name, b"" if emptied else body)
+    tick = bench.coordinator("c1").tick()
+    assert tick.dispatched == 5

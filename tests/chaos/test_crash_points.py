@@ -210,23 +210,13 @@ def _takeover_meanwhile(bench: Bench) -> Callable[[], None]:
 
 
 PAUSE_CALLS = _run_paused_leader(None)[1]
-STALE_FENCE = pytest.mark.xfail(
-    strict=True,
-    reason="BUG C: a paused ex-leader, waking before its LIST of tickets, deletes the new "
-    "leader's live tickets as 'fenced' (Coordinator._reconcile judges them by its own stale "
-    "lease document): the claimed message runs again with no lease expiry",
-)
 
 
 @pytest.mark.parametrize(
     "pause_at",
     [
-        pytest.param(
-            i,
-            id=f"{i:02d}-before-{op}-{_kind(key)}",
-            marks=[STALE_FENCE] * (op == "list" and _kind(key) == "tickets"),
-        )
-        for i, (op, key) in enumerate(PAUSE_CALLS)
+        pytest.param(i, id=f"{i:02d}-before-{op}-{_kind(k)}")
+        for i, (op, k) in enumerate(PAUSE_CALLS)
     ],
 )
 def test_leader_paused_before_every_call_wakes_after_a_takeover(pause_at: int) -> None:
@@ -234,3 +224,37 @@ def test_leader_paused_before_every_call_wakes_after_a_takeover(pause_at: int) -
     report = bench.check()
     assert report.ok, report.summary()
     assert [e["epoch"] for e in bench.history.of("takeover")][:2] == [1, 2]
+
+
+# --- two coordinators started together (EventBridge delivered the schedule twice) ------------
+
+
+def _run_twins(interrupt_at: int | None) -> tuple[Bench, list[tuple[str, str]]]:
+    """c1's first tick is interrupted before its call `interrupt_at` by c2's whole first tick."""
+    bench = Bench(QueueSettings(visibility_timeout=30, max_retries=2, batch_size=2))
+    for n in range(5):
+        bench.producer.send([bench.spec(n)], SINGLE)
+    twin = bench.coordinator("c2")
+    storage = bench.process_storage(
+        "c1", hook=lambda i, op, key: twin.tick() if i == interrupt_at else None
+    )
+    bench.coordinator("c1", storage).tick()
+    worker = bench.worker("w1")
+    bench.work(worker)
+    bench.expire()
+    bench.drain(bench.coordinator("c3"), worker)
+    return bench, storage.calls
+
+
+TWIN_CALLS = _run_twins(None)[1]
+
+
+@pytest.mark.parametrize(
+    "interrupt_at",
+    [pytest.param(i, id=f"{i:02d}-before-{op}-{_kind(k)}") for i, (op, k) in enumerate(TWIN_CALLS)],
+)
+def test_two_coordinators_started_together_interleaved_at_every_call(interrupt_at: int) -> None:
+    bench, _ = _run_twins(interrupt_at)
+    report = bench.check()
+    assert report.ok, report.summary()
+    assert len(bench.history.of("dispatch")) == 3  # 5 messages, batches of 2: no ticket twice

@@ -28,6 +28,7 @@ class Claim:
     commit: Entry | None = None
     lost: Entry | None = None
     """lease_lost: a heartbeat or the commit found the ticket changed or gone."""
+    runs: list[Run] = field(default_factory=list)
 
 
 @dataclass
@@ -60,9 +61,12 @@ class Timeline:
     """Message id -> the enqueue (or put_foreign) that acknowledged it."""
     objects: dict[str, list[str]] = field(default_factory=dict)
     """Object id of a packed msg/ object -> the ids of its messages."""
+    copies: dict[str, list[str]] = field(default_factory=dict)
+    """Key of a copy written by an apply (retry copy, remainder) -> the ids it holds."""
     failed_enqueues: list[Entry] = field(default_factory=list)
     claims: list[Claim] = field(default_factory=list)
     runs: list[Run] = field(default_factory=list)
+    by_ticket: dict[str, list[Run]] = field(default_factory=dict)
     commits: list[tuple[Entry, Claim | None]] = field(default_factory=list)
     expires: dict[str, list[Entry]] = field(default_factory=dict)
     fenced: dict[str, Entry] = field(default_factory=dict)
@@ -70,11 +74,14 @@ class Timeline:
     crashes: list[Entry] = field(default_factory=list)
     freezes: list[Entry] = field(default_factory=list)
     execs: list[Entry] = field(default_factory=list)
+    troubles: list[Entry] = field(default_factory=list)
+    """heartbeat_failed and worker_error: S3 errors a worker survived."""
     current: dict[str, Claim] = field(default_factory=dict)
     open_runs: dict[str, Run] = field(default_factory=dict)
     writes: dict[tuple[str, int], list[Entry]] = field(default_factory=dict)
     """(ticket, generation) -> the ticket writes S3 applied (from the `Oracle`), in order."""
     deletes: list[Entry] = field(default_factory=list)
+    _ids: dict[str, set[str]] = field(default_factory=dict)
     reaps: dict[str, dict[int, Entry]] = field(default_factory=dict)
     """ticket -> new generation -> the first record of the reap that made it: the reap's
     write (`Oracle`) or the coordinator's expire event, whichever came first."""
@@ -90,16 +97,19 @@ class Timeline:
         parts = key.split("/")
         if len(parts) >= 2 and parts[-2] == "inbox":
             return {foreign_id("inbox/" + parts[-1])}
+        if key in self.copies:
+            return set(self.copies[key])
         parsed = parse_msg_name(parts[-1])
         if parsed is None:
             return {foreign_id("msg/" + parts[-1])}
         return set(self.objects.get(parsed.id, [parsed.id]))
 
     def ticket_ids(self, ticket: str) -> set[str]:
-        entry = self.dispatched.get(ticket)
-        if entry is None:
-            return set()
-        return {i for key in entry["refs"] for i in self.ids_of_key(key)}
+        if ticket not in self._ids:
+            entry = self.dispatched.get(ticket)
+            refs = entry["refs"] if entry is not None else []
+            self._ids[ticket] = {i for key in refs for i in self.ids_of_key(key)}
+        return self._ids[ticket]
 
 
 def build(entries: Iterable[Entry]) -> Timeline:
@@ -138,16 +148,15 @@ def _from_oracle(t: Timeline) -> None:
 
 def _mark_recorded(t: Timeline, w: Entry, claim: Claim | None) -> None:
     written = {(str(i), str(k)) for i, k in w["outcomes"]}
-    for run in t.runs:
-        mine = run.claim is claim and claim is not None and run.recorded_seq is None
-        if mine and run.end is not None and (run.id, run.outcome) in written:
+    for run in claim.runs if claim is not None else ():
+        if run.recorded_seq is None and run.end is not None and (run.id, run.outcome) in written:
             run.recorded_seq = w.seq
 
 
 def _mark_committed(t: Timeline, w: Entry, claim: Claim | None) -> None:
     kinds = {str(i): str(k) for i, k in w["outcomes"]}
-    for run in reversed(t.runs):
-        if run.ticket != w["ticket"] or kinds.get(run.id) != run.outcome or run.committed:
+    for run in reversed(t.by_ticket.get(w["ticket"], [])):
+        if kinds.get(run.id) != run.outcome or run.committed:
             continue
         if run.claim is claim or run.recorded_seq is not None:
             run.committed = True
@@ -155,6 +164,8 @@ def _mark_committed(t: Timeline, w: Entry, claim: Claim | None) -> None:
 
 
 def _write(t: Timeline, e: Entry) -> None:
+    if "refs" in e.fields:  # its creation: the refs even if the dispatch went unheard
+        t.dispatched.setdefault(e["ticket"], e)
     gen = int(e["generation"])
     t.writes.setdefault((e["ticket"], gen), []).append(e)
     if e["state"] == "pending" and gen > 0:
@@ -167,7 +178,7 @@ def _enqueue(t: Timeline, e: Entry) -> None:
         t.acked[message_id] = e
     parsed = parse_msg_name(str(e.get("key", "")).rsplit("/", 1)[-1])
     if parsed is not None and len(ids) > 1:
-        t.objects[parsed.id] = ids
+        t.objects[parsed.id] = list(ids)
 
 
 def _foreign(t: Timeline, e: Entry) -> None:
@@ -191,9 +202,18 @@ def _heartbeat(t: Timeline, e: Entry) -> None:
 
 
 def _start(t: Timeline, e: Entry) -> None:
-    run = Run(e["message_id"], int(e["attempt"]), e.actor, t.current.get(e.actor), e)
+    parsed = parse_msg_name(str(e.get("ref", "")).rsplit("/", 1)[-1])
+    if parsed is not None:  # learn a packed object's ids (its enqueue may have gone unheard)
+        ids = t.objects.setdefault(parsed.id, [])
+        if e["message_id"] not in ids:
+            ids.append(e["message_id"])
+    claim = t.current.get(e.actor)
+    run = Run(e["message_id"], int(e["attempt"]), e.actor, claim, e)
     t.runs.append(run)
     t.open_runs[e.actor] = run
+    if claim is not None:
+        claim.runs.append(run)
+        t.by_ticket.setdefault(claim.ticket, []).append(run)
 
 
 def _finish(t: Timeline, e: Entry) -> None:
@@ -223,8 +243,8 @@ def _commit(t: Timeline, e: Entry) -> None:
         claim = None
     t.commits.append((e, claim))
     kinds = {str(i): str(k) for i, k in e["outcomes"]}
-    for run in reversed(t.runs):
-        if run.ticket != e["ticket"] or kinds.get(run.id) != run.outcome or run.committed:
+    for run in reversed(t.by_ticket.get(e["ticket"], [])):
+        if kinds.get(run.id) != run.outcome or run.committed:
             continue
         # Its own claim's runs, or an earlier generation's that a heartbeat had written.
         if run.claim is claim or run.recorded_seq is not None:
@@ -263,6 +283,8 @@ _READERS: dict[str, Callable[[Timeline, Entry], None]] = {
     "crash": _crash,
     "freeze": lambda t, e: t.freezes.append(e),
     "exec": lambda t, e: t.execs.append(e),
+    "heartbeat_failed": lambda t, e: t.troubles.append(e),
+    "worker_error": lambda t, e: t.troubles.append(e),
     "commit": _commit,
     "lease_lost": _lost,
     "expire": _expire,
@@ -270,4 +292,5 @@ _READERS: dict[str, Callable[[Timeline, Entry], None]] = {
     "dispatch": _dispatch,
     "ticket_write": _write,
     "ticket_delete": lambda t, e: t.deletes.append(e),
+    "copy_write": lambda t, e: t.copies.setdefault(e["key"], list(e["ids"])),
 }
