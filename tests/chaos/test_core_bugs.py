@@ -268,11 +268,6 @@ def test_g_a_lost_reap_race_keeps_the_ticket_in_flight() -> None:
     assert report.ok, report.summary()
 
 
-@bug(
-    "BUG I (in ed26773): Cursor._page skips a tombstone (an emptied ~o copy) but still returns "
-    "the page's last key, and Cursor.read looks it up in `found`: KeyError, a coordinator that "
-    "crashes at every tick while a tombstone ends a LIST page (the queue stops)"
-)
 def test_i_tombstones_ending_a_list_page_do_not_crash_the_coordinator() -> None:
     """Found by the 5,000-message soak. Every key but the last few is a tombstone, so the first
     page ends with one whatever its size."""

@@ -65,7 +65,7 @@ class Cursor:
         start, stopped, limit = self.start_after or None, "", self.first_page
         for _ in range(self.config.scan_pages):
             stopped = self._page(storage, start, found, limit)
-            if not stopped or found[stopped].sort_ms > now:
+            if not stopped or _sort_ms(self.keys, stopped) > now:
                 return _ordered(found), ""
             start, limit = stopped, 1000
             if enough(found.values()):
@@ -127,6 +127,12 @@ class Cursor:
                 continue
             found[entry.key] = scan.msg_candidate(entry, entry.key[prefix:])
         return page.entries[-1].key if page.truncated and page.entries else ""
+
+
+def _sort_ms(keys: QueueKeys, key: str) -> int:
+    """A listed msg/ key's sort time (the key may be a tombstone's, not in the candidates)."""
+    parsed = parse_msg_name(key[len(keys.msg) :])
+    return parsed.sort_ms if parsed is not None else 0
 
 
 def _ordered(found: dict[str, scan.Candidate]) -> list[scan.Candidate]:
