@@ -27,88 +27,24 @@ Invariants (the ``invariant`` name of a `Violation`):
 
 from __future__ import annotations
 
-import itertools
-from dataclasses import dataclass, field
 from typing import Any
 
-from s3queue.backoff import backoff_bound
-
+from chaos import reruns
 from chaos import timeline as tl
 from chaos.history import Entry, FinalState
+from chaos.report import Expect, Redelivery, Report, Violation
 from chaos.timeline import Run, Timeline
 
-
-@dataclass(frozen=True)
-class Expect:
-    """What the run was configured with and what it must end with."""
-
-    max_retries: int
-    visibility_ms: int
-    backoff_base: float
-    backoff_cap: float
-    poison: frozenset[str] = frozenset()
-    """Must be dead after exactly max_retries retries."""
-    dead_at_once: frozenset[str] = frozenset()
-    """Must be dead with no retry (malformed objects, PermanentError)."""
-    skew_ms: int = 0
-    """Clock skew allowed in the run: slack for rules that compare two actors' clocks."""
-    slack_ms: int = 0
-    """Measurement slack of the reference clock (0 in a simulation)."""
-    drained: bool = True
-
-
-@dataclass(frozen=True)
-class Violation:
-    invariant: str
-    subject: str
-    detail: str
-
-    def __str__(self) -> str:
-        return f"{self.invariant}: {self.subject}: {self.detail}"
-
-
-@dataclass(frozen=True)
-class Redelivery:
-    """A handler run after a lease expiry: a duplicate execution, and why it happened."""
-
-    id: str
-    attempt: int
-    previous_actor: str
-    reason: str
-    """A category: which fault let the lease expire."""
-    detail: str = ""
-
-
-@dataclass
-class Report:
-    violations: list[Violation] = field(default_factory=list)
-    redeliveries: list[Redelivery] = field(default_factory=list)
-    counts: dict[str, int] = field(default_factory=dict)
-    lateness_ms: list[int] = field(default_factory=list)
-
-    @property
-    def ok(self) -> bool:
-        return not self.violations
-
-    def add(self, invariant: str, subject: str, detail: str) -> None:
-        self.violations.append(Violation(invariant, subject, detail))
-
-    def invariants(self) -> set[str]:
-        return {v.invariant for v in self.violations}
-
-    def summary(self, limit: int = 20) -> str:
-        lines = [str(v) for v in self.violations[:limit]]
-        more = len(self.violations) - limit
-        return "\n".join(lines + ([f"... and {more} more"] if more > 0 else []))
+__all__ = ["Expect", "Redelivery", "Report", "Violation", "check"]
 
 
 def check(entries: list[Entry], final: FinalState, expect: Expect) -> Report:
     """Every invariant of the module docstring, on one run."""
     t = tl.build(entries)
-    _ENDS.clear()
+    reruns.ENDS.clear()
     report = Report()
     _check_outcomes(t, final, expect, report)
-    _check_runs(t, expect, report)
+    reruns.check_runs(t, expect, report)
     _check_leases(t, expect, report)
     _check_dead_letters(t, final, expect, report)
     _count(t, final, report)
@@ -162,116 +98,6 @@ def _check_once(
             report.add("duplicated", message_id, f"pending at {where} and completed or dead")
 
 
-def _check_runs(t: Timeline, expect: Expect, report: Report) -> None:
-    for message_id, runs in t.runs_of().items():
-        live = []
-        for run in runs:
-            end = _lease_end(t, run.claim) if run.claim else None
-            if end is not None and end < run.start.seq:
-                why = "a stale worker started the handler after its lease had been reaped"
-                report.redeliveries.append(Redelivery(message_id, run.attempt, run.actor, why))
-            else:
-                live.append(run)
-        for before, after in itertools.pairwise(live):
-            _check_rerun(t, before, after, expect, report)
-        for run in runs:
-            _check_backoff(run, expect, report)
-
-
-def _check_rerun(t: Timeline, a: Run, b: Run, expect: Expect, report: Report) -> None:
-    retried = a.outcome == "retry" and a.committed
-    expired = _expired(t, a, b)
-    if not (retried or expired):
-        report.add(
-            "unexplained_duplicate",
-            b.id,
-            f"ran at seq {b.start.seq} (attempt {b.attempt}, {b.actor}) after a run at seq "
-            f"{a.start.seq} (attempt {a.attempt}, {a.actor}, outcome {a.outcome}, "
-            f"committed {a.committed}) with no retry committed and no lease expiry",
-        )
-    elif expired and not retried:
-        report.redeliveries.append(
-            Redelivery(b.id, b.attempt, a.actor, *_why(t, a, expect.visibility_ms))
-        )
-        if b.attempt <= a.attempt:
-            report.add(
-                "invisible_redelivery", b.id, f"attempt {a.attempt} ran again as {b.attempt}"
-            )
-    allowed = int(retried) + _counted_expiries(t, a, b)
-    if b.attempt - a.attempt != allowed:
-        report.add(
-            "attempt_accounting",
-            b.id,
-            f"attempt {a.attempt} -> {b.attempt}, but {int(retried)} committed failure(s) and "
-            f"{allowed - int(retried)} expired delivery(ies) in between",
-        )
-    if retried and a.end is not None:
-        due = a.end.true_ms + a.delay_ms - expect.skew_ms - expect.slack_ms
-        if b.start.true_ms < due:
-            report.add(
-                "early_retry", b.id, f"retry ran {due - b.start.true_ms} ms before its backoff"
-            )
-
-
-def _expired(t: Timeline, a: Run, b: Run) -> bool:
-    """Run a's claim was reaped, on record (a reap written to S3, or an expire event), before
-    run b: within the generations between them, or before b started in another ticket."""
-    if a.ticket is None:
-        return False
-    for gen, e in t.reaps.get(a.ticket, {}).items():
-        if gen > a.gen and (gen <= b.gen if b.ticket == a.ticket else e.seq < b.start.seq):
-            return True
-    return False
-
-
-def _counted_expiries(t: Timeline, a: Run, b: Run) -> int:
-    """Expiries between runs a and b of one message that count as one of its deliveries: those
-    of a ticket holding it while its outcome was not recorded in that ticket."""
-    count = 0
-    for ticket, reaps in t.reaps.items():
-        if a.id not in t.ticket_ids(ticket):
-            continue
-        for gen, e in reaps.items():
-            if ticket == a.ticket and gen <= a.gen:
-                continue  # before run a
-            if ticket == b.ticket and gen > b.gen:
-                continue  # after run b started
-            if ticket not in (a.ticket, b.ticket) and not a.start.seq < e.seq < b.start.seq:
-                continue
-            if ticket == a.ticket and a.recorded_seq is not None and a.recorded_seq < e.seq:
-                continue  # a's outcome was in S3 already: this expiry redelivers the others
-            count += 1
-    return count
-
-
-def _why(t: Timeline, run: Run, visibility_ms: int) -> tuple[str, str]:
-    """Why run's lease expired: a category, and the specifics."""
-    if run.outcome == "crash":
-        where = next((e.get("where", "") for e in t.crashes if e.seq == run.end.seq), "")
-        if "Lambda timeout" in where:
-            return "the Lambda timed out in the handler", where
-        return "its worker crashed while the handler ran", where
-    later = [e for e in t.crashes + t.freezes if e.actor == run.actor and e.seq > run.start.seq]
-    if later:
-        what = "crashed" if later[0].kind == "crash" else "froze"
-        return f"its worker {what} before committing", str(later[0].get("where", ""))
-    troubles = [e for e in t.troubles if e.actor == run.actor and e.seq > run.start.seq]
-    if troubles:
-        return "S3 errors kept its worker from renewing or committing", troubles[0]["error"]
-    took = [r.end.true_ms - r.start.true_ms for r in run.claim.runs if r.end] if run.claim else []
-    if took and max(took) >= visibility_ms:
-        return "a handler of its ticket outlived the lease", f"{max(took)} ms, no heartbeat"
-    return "its worker did not renew or commit in time (slow S3 calls)", ""
-
-
-def _check_backoff(run: Run, expect: Expect, report: Report) -> None:
-    if run.outcome != "retry":
-        return
-    bound = backoff_bound(run.attempt, expect.backoff_base, expect.backoff_cap) * 1000
-    if not 0 <= run.delay_ms <= bound + 1:
-        report.add("backoff_bounds", run.id, f"attempt {run.attempt}: {run.delay_ms} ms > {bound}")
-
-
 def _check_leases(t: Timeline, expect: Expect, report: Report) -> None:
     seen: dict[tuple[str, int], str] = {}
     for claim in t.claims:
@@ -308,30 +134,6 @@ def _check_expiry(claim: tl.Claim, expire: Entry, expect: Expect, report: Report
         )
 
 
-def _lease_end(t: Timeline, claim: tl.Claim) -> int | None:
-    """The seq at which a claim stopped being a valid lease (None: valid to the end)."""
-    if id(claim) not in _ENDS:
-        _ENDS[id(claim)] = (claim, _find_lease_end(t, claim))
-    return _ENDS[id(claim)][1]
-
-
-_ENDS: dict[int, tuple[tl.Claim, int | None]] = {}
-"""Memo of `_lease_end` for the run being checked (cleared by `check`)."""
-
-
-def _find_lease_end(t: Timeline, claim: tl.Claim) -> int | None:
-    ends = [e.seq for e in (claim.commit, claim.lost, t.fenced.get(claim.ticket)) if e]
-    ends += [e.seq for gen, e in t.reaps.get(claim.ticket, {}).items() if gen > claim.gen]
-    ends += [c.entry.seq for c in t.claims if c.ticket == claim.ticket and c.gen > claim.gen]
-    ends += [
-        writes[0].seq
-        for (ticket, gen), writes in t.writes.items()
-        if ticket == claim.ticket and gen > claim.gen
-    ]
-    ends += [e.seq for e in t.deletes if e["ticket"] == claim.ticket and e.seq > claim.entry.seq]
-    return min(ends) if ends else None
-
-
 def _check_overlaps(t: Timeline, report: Report) -> None:
     """Each claim is a lease on every message of its ticket: no message may be under two valid
     leases of different tickets at once (one ticket's generations are ordered by its CAS chain)."""
@@ -339,7 +141,7 @@ def _check_overlaps(t: Timeline, report: Report) -> None:
     for claim in sorted(t.claims, key=lambda c: c.entry.seq):
         for message_id in sorted(t.ticket_ids(claim.ticket)):
             for other in holders.get(message_id, []):
-                end = _lease_end(t, other)
+                end = reruns.lease_end(t, other)
                 if other.ticket != claim.ticket and (end is None or end > claim.entry.seq):
                     report.add(
                         "two_valid_leases",

@@ -13,20 +13,19 @@ import random
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from typing import Any
 
 from s3queue.clock import Clock, FakeClock, SystemClock
-from s3queue.config import CoordinatorSettings, QueueSettings
 from s3queue.keys import QueueKeys
-from s3queue.service import ServeSettings
 from s3queue.storage import MemoryStorage
 from s3queue.storage.base import Storage
 from s3queue.storage.s3 import S3Storage
 
 from chaos import actors, checker, workload
 from chaos.cluster import Cluster
+from chaos.configs import NO_HAZARDS, Config
 from chaos.faults import FaultLog, FaultPlan, S3Faults, StorageFaults
 from chaos.history import Entry, FinalState, History, Oracle, live_work, snapshot
 from chaos.process import Hazards
@@ -35,103 +34,6 @@ from chaos.timeline import TERMINAL
 
 PREFIX = "s3queue"
 KEYS = QueueKeys(PREFIX, actors.QUEUE)
-
-
-SETTINGS = QueueSettings(
-    visibility_timeout=20,
-    max_retries=3,
-    backoff_base=1.0,
-    backoff_cap=8.0,
-    batch_size=5,
-    max_in_flight_tickets=8,
-    max_message_bytes=64 * 1024,
-    timeout=40,
-)
-"""Queue settings of a simulated run (simulated seconds cost nothing)."""
-COORDINATION = CoordinatorSettings(
-    lease_ttl=15, skew_tolerance=3, dispatch_timeout=10, sweep_interval=30
-)
-SERVING = ServeSettings(
-    busy_interval=0.5,
-    idle_interval=0.5,
-    max_idle_interval=2,
-    follow_interval=1,
-    linger=None,
-    release_after=20,
-    reserve=5,
-)
-MIX = workload.Mix()
-NO_HAZARDS = Hazards()
-
-REAL_SETTINGS = QueueSettings(
-    visibility_timeout=4,
-    max_retries=2,
-    backoff_base=0.2,
-    backoff_cap=1.0,
-    batch_size=5,
-    max_in_flight_tickets=8,
-    max_message_bytes=64 * 1024,
-    timeout=8,
-)
-"""Queue settings of a run on the wall clock: short leases, so that recovery is quick."""
-REAL_COORDINATION = CoordinatorSettings(
-    lease_ttl=6, skew_tolerance=1, dispatch_timeout=4, sweep_interval=8, straggler_margin=1
-)
-REAL_SERVING = ServeSettings(
-    busy_interval=0.2,
-    idle_interval=0.2,
-    max_idle_interval=0.5,
-    follow_interval=0.5,
-    linger=None,
-    release_after=5,
-    reserve=1,
-)
-REAL_MIX = workload.Mix(slow=0.02, killer=0.0, ok_ms=(5, 60))
-"""No Lambda-timeout killers on the wall clock (each costs a whole timeout): the simulation
-covers them."""
-
-
-def real_time(config: Config) -> Config:
-    """The same run, with wall-clock settings (see REAL_SETTINGS)."""
-    return config.with_(
-        settings=REAL_SETTINGS,
-        coordination=REAL_COORDINATION,
-        serving=REAL_SERVING,
-        mix=REAL_MIX,
-        heartbeat_thread=True,
-        run_s=20.0,
-        spread_s=3.0,
-        max_s=240.0,
-    )
-
-
-@dataclass(frozen=True)
-class Config:
-    """Everything that shapes one run; the seed makes it reproducible."""
-
-    seed: int = 1
-    messages: int = 100
-    workers: int = 4
-    coordinators: int = 2
-    settings: QueueSettings = SETTINGS
-    coordination: CoordinatorSettings = COORDINATION
-    serving: ServeSettings = SERVING
-    mix: workload.Mix = MIX
-    faults: Mapping[str, float] = field(default_factory=dict)
-    """Storage-level kinds for `run_sim`, S3 kinds for `run_cluster` (see faults.py)."""
-    worker_hazards: Hazards = NO_HAZARDS
-    coordinator_hazards: Hazards = NO_HAZARDS
-    skew_ms: int = 0
-    """Each actor's clock is off by a uniform amount in [-skew/2, +skew/2]."""
-    invoke_duplicate: float = 0.0
-    invoke_lose: float = 0.0
-    heartbeat_thread: bool = False
-    run_s: float = 60.0
-    spread_s: float = 30.0
-    max_s: float = 3600.0
-
-    def with_(self, **changes: Any) -> Config:
-        return replace(self, **changes)
 
 
 @dataclass
@@ -263,23 +165,9 @@ def run_sim(config: Config, *, watch: Callable[[Entry], None] | None = None) -> 
             finished = sim.run(lambda: progress.done(memory), max_s=config.max_s)
         except ActorFailed as exc:  # a process died of an error the queue should never raise
             finished, crashed = False, exc
-    final = snapshot(memory, KEYS)
-    _unacknowledged(history, expected)
-    report = checker.check(list(history), final, expectation(config, expected, drained=finished))
-    if crashed is not None:
-        report.add("crashed", str(crashed), f"{crashed.__cause__!r} (guarantee 5)")
-    elif not finished:
-        report.add("stuck", "run", f"not drained after {config.max_s} simulated seconds")
-    return Result(
-        config,
-        report,
-        history,
-        final,
-        _fault_counts(log, history),
-        finished,
-        time.monotonic() - started,
-        (clock.now_ms() - start_ms) / 1000,
-    )
+    result = _conclude(config, history, snapshot(memory, KEYS), expected, log, finished, crashed)
+    result.wall_s, result.sim_s = time.monotonic() - started, (clock.now_ms() - start_ms) / 1000
+    return result
 
 
 def run_cluster(
@@ -318,22 +206,30 @@ def run_cluster(
         except ActorFailed as exc:
             finished, crashed = False, exc
     final = snapshot(observer, KEYS)
+    result = _conclude(config, history, final, expected, log, finished, crashed, slack_ms=250)
+    result.wall_s = time.monotonic() - started
+    return result
+
+
+def _conclude(
+    config: Config,
+    history: History,
+    final: FinalState,
+    expected: workload.Expected,
+    log: FaultLog,
+    finished: bool,
+    crashed: ActorFailed | None,
+    slack_ms: int = 0,
+) -> Result:
+    """Check the run; add `crashed` or `stuck` when the run did not drain."""
     _unacknowledged(history, expected)
-    expect = expectation(config, expected, drained=finished)
-    report = checker.check(list(history), final, replace(expect, slack_ms=250))
+    expect = replace(expectation(config, expected, drained=finished), slack_ms=slack_ms)
+    report = checker.check(list(history), final, expect)
     if crashed is not None:
         report.add("crashed", str(crashed), f"{crashed.__cause__!r} (guarantee 5)")
     elif not finished:
-        report.add("stuck", "run", f"not drained after {config.max_s} s")
-    return Result(
-        config,
-        report,
-        history,
-        final,
-        _fault_counts(log, history),
-        finished,
-        time.monotonic() - started,
-    )
+        report.add("stuck", "run", f"not drained within {config.max_s} s")
+    return Result(config, report, history, final, _fault_counts(log, history), finished, 0.0)
 
 
 def _fault_counts(log: FaultLog, history: History) -> Counter[str]:

@@ -164,12 +164,12 @@ def patch_ids(seed: int) -> Iterator[None]:
     """Seeded message ids in the producer for the duration (see `SeededIds`)."""
     from s3queue import producer
 
-    original = producer.new_id
-    producer.new_id = SeededIds(seed)
+    original = producer.new_id  # type: ignore[attr-defined]
+    producer.new_id = SeededIds(seed)  # type: ignore[attr-defined]
     try:
         yield
     finally:
-        producer.new_id = original
+        producer.new_id = original  # type: ignore[attr-defined]
 
 
 class ActorFailed(Exception):

@@ -22,9 +22,10 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # for `chaos.*`
 
+from chaos.configs import Config, real_time
 from chaos.history import Entry
 from chaos.process import Hazards
-from chaos.scenario import Config, Result, real_time, run_cluster, run_sim
+from chaos.scenario import Result, run_cluster, run_sim
 
 PROFILES: dict[str, dict[str, Any]] = {
     "quiet": {},
@@ -137,6 +138,10 @@ def table(result: Result, command: str) -> str:
         f"| {_pct(lateness, 0.5)} / {_pct(lateness, 0.99)} s "
         f"| {result.wall_s:.0f} s wall{simulated} |",
         "",
+        "| dead letters, by reason | count |",
+        "| --- | ---: |",
+        *(f"| {why} | {n} |" for why, n in _dead_reasons(result).most_common()),
+        "",
         "| fault injected | count |",
         "| --- | ---: |",
         *(f"| {kind} | {n} |" for kind, n in sorted(result.faults.items())),
@@ -153,6 +158,21 @@ def table(result: Result, command: str) -> str:
 
 def _pct(values: list[int], q: float) -> str:
     return f"{values[min(int(len(values) * q), len(values) - 1)] / 1000:.1f}" if values else "-"
+
+
+def _dead_reasons(result: Result) -> Counter[str]:
+    reasons: Counter[str] = Counter()
+    for letter in result.final.dead:
+        reason = str(letter.get("reason", ""))
+        if reason.startswith("delivered "):
+            reasons["delivery limit: its leases kept expiring (crashes, timeouts)"] += 1
+        elif reason.startswith("MalformedMessage"):
+            reasons["malformed or oversized object"] += 1
+        elif reason.startswith("PermanentError"):
+            reasons["PermanentError"] += 1
+        else:
+            reasons["handler failed max_retries + 1 times"] += 1
+    return reasons
 
 
 def _causes(result: Result) -> Counter[str]:

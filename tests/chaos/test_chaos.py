@@ -19,8 +19,9 @@ from s3queue.config import CoordinatorSettings, QueueSettings
 from s3queue.embedded import EmbeddedS3
 
 from chaos.bench import Bench
+from chaos.configs import Config, real_time
 from chaos.process import Hazards
-from chaos.scenario import Config, Result, real_time, run_cluster, run_sim
+from chaos.scenario import Result, run_cluster, run_sim
 from chaos.workload import Mix
 
 pytestmark = pytest.mark.chaos

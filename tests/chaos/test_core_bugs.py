@@ -1,9 +1,9 @@
 """Bugs in the core that the chaos runs found, each reduced to a minimal deterministic test.
 
-A test of an open bug is marked ``xfail(strict=True)``: the suite stays green, and the test
-turns red (XPASS) the day its bug is fixed, so the marker can go. A fixed bug's test stays as a
-plain regression test (A-G were fixed in e042ab1 and ed26773). Each asserts the checker's
-verdict on the run.
+A test of an open bug is marked ``xfail(strict=True, reason=...)``: the suite stays green, and
+the test turns red (XPASS) the day its bug is fixed, so the marker can go. A fixed bug's test
+stays as a plain regression test: A-G were fixed in e042ab1 and ed26773, I in 4943464. Each
+asserts the checker's verdict on the run.
 """
 
 from __future__ import annotations
@@ -27,10 +27,6 @@ from chaos.workload import Mix
 
 pytestmark = pytest.mark.chaos
 SINGLE, PACKED = Mix(packed=0.0), Mix(packed=1.0)
-
-
-def bug(reason: str) -> pytest.MarkDecorator:
-    return pytest.mark.xfail(strict=True, reason=reason)
 
 
 class Injecting(ProcessStorage):
@@ -269,8 +265,11 @@ def test_g_a_lost_reap_race_keeps_the_ticket_in_flight() -> None:
 
 
 def test_i_tombstones_ending_a_list_page_do_not_crash_the_coordinator() -> None:
-    """Found by the 5,000-message soak. Every key but the last few is a tombstone, so the first
-    page ends with one whatever its size."""
+    """Was BUG I (in ed26773, fixed in 4943464): the cursor's page reader skipped a tombstone
+    (an emptied ~o copy) but still returned it as the page's last key, and the lookup of that
+    key raised KeyError: a coordinator crash at every tick while a tombstone ended a LIST page.
+    Found by the 5,000-message soak. Every key but the last few is a tombstone here, so the
+    first page ends with one whatever its size."""
     bench = Bench(QueueSettings(batch_size=10, max_in_flight_tickets=2))
     body = encode_records([Record("m", {"n": 0, "kind": "ok"}, 1_700_000_000_000)], "t")
     for i in range(1105):

@@ -235,9 +235,12 @@ def _run_twins(interrupt_at: int | None) -> tuple[Bench, list[tuple[str, str]]]:
     for n in range(5):
         bench.producer.send([bench.spec(n)], SINGLE)
     twin = bench.coordinator("c2")
-    storage = bench.process_storage(
-        "c1", hook=lambda i, op, key: twin.tick() if i == interrupt_at else None
-    )
+
+    def hook(index: int, op: str, key: str) -> None:
+        if index == interrupt_at:
+            twin.tick()
+
+    storage = bench.process_storage("c1", hook=hook)
     bench.coordinator("c1", storage).tick()
     worker = bench.worker("w1")
     bench.work(worker)

@@ -292,5 +292,5 @@ _READERS: dict[str, Callable[[Timeline, Entry], None]] = {
     "dispatch": _dispatch,
     "ticket_write": _write,
     "ticket_delete": lambda t, e: t.deletes.append(e),
-    "copy_write": lambda t, e: t.copies.setdefault(e["key"], list(e["ids"])),
+    "copy_write": lambda t, e: t.copies.__setitem__(e["key"], list(e["ids"])),
 }

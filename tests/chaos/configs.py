@@ -1,0 +1,109 @@
+"""The shape of a chaos run: `Config`, and the settings of simulated and wall-clock runs."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from s3queue.config import CoordinatorSettings, QueueSettings
+from s3queue.service import ServeSettings
+
+from chaos import workload
+from chaos.process import Hazards
+
+SETTINGS = QueueSettings(
+    visibility_timeout=20,
+    max_retries=3,
+    backoff_base=1.0,
+    backoff_cap=8.0,
+    batch_size=5,
+    max_in_flight_tickets=8,
+    max_message_bytes=64 * 1024,
+    timeout=40,
+)
+"""Queue settings of a simulated run (simulated seconds cost nothing)."""
+COORDINATION = CoordinatorSettings(
+    lease_ttl=15, skew_tolerance=3, dispatch_timeout=10, sweep_interval=30
+)
+SERVING = ServeSettings(
+    busy_interval=0.5,
+    idle_interval=0.5,
+    max_idle_interval=2,
+    follow_interval=1,
+    linger=None,
+    release_after=20,
+    reserve=5,
+)
+MIX = workload.Mix()
+NO_HAZARDS = Hazards()
+
+REAL_SETTINGS = QueueSettings(
+    visibility_timeout=4,
+    max_retries=2,
+    backoff_base=0.2,
+    backoff_cap=1.0,
+    batch_size=5,
+    max_in_flight_tickets=8,
+    max_message_bytes=64 * 1024,
+    timeout=8,
+)
+"""Queue settings of a run on the wall clock: short leases, so that recovery is quick."""
+REAL_COORDINATION = CoordinatorSettings(
+    lease_ttl=6, skew_tolerance=1, dispatch_timeout=4, sweep_interval=8, straggler_margin=1
+)
+REAL_SERVING = ServeSettings(
+    busy_interval=0.2,
+    idle_interval=0.2,
+    max_idle_interval=0.5,
+    follow_interval=0.5,
+    linger=None,
+    release_after=5,
+    reserve=1,
+)
+REAL_MIX = workload.Mix(slow=0.02, killer=0.0, ok_ms=(5, 60))
+"""No Lambda-timeout killers on the wall clock (each costs a whole timeout): the simulation
+covers them."""
+
+
+def real_time(config: Config) -> Config:
+    """The same run, with wall-clock settings (see REAL_SETTINGS)."""
+    return config.with_(
+        settings=REAL_SETTINGS,
+        coordination=REAL_COORDINATION,
+        serving=REAL_SERVING,
+        mix=REAL_MIX,
+        heartbeat_thread=True,
+        run_s=20.0,
+        spread_s=3.0,
+        max_s=240.0,
+    )
+
+
+@dataclass(frozen=True)
+class Config:
+    """Everything that shapes one run; the seed makes it reproducible."""
+
+    seed: int = 1
+    messages: int = 100
+    workers: int = 4
+    coordinators: int = 2
+    settings: QueueSettings = SETTINGS
+    coordination: CoordinatorSettings = COORDINATION
+    serving: ServeSettings = SERVING
+    mix: workload.Mix = MIX
+    faults: Mapping[str, float] = field(default_factory=dict)
+    """Storage-level kinds for `run_sim`, S3 kinds for `run_cluster` (see faults.py)."""
+    worker_hazards: Hazards = NO_HAZARDS
+    coordinator_hazards: Hazards = NO_HAZARDS
+    skew_ms: int = 0
+    """Each actor's clock is off by a uniform amount in [-skew/2, +skew/2]."""
+    invoke_duplicate: float = 0.0
+    invoke_lose: float = 0.0
+    heartbeat_thread: bool = False
+    run_s: float = 60.0
+    spread_s: float = 30.0
+    max_s: float = 3600.0
+
+    def with_(self, **changes: Any) -> Config:
+        return replace(self, **changes)
