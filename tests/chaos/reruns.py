@@ -32,6 +32,8 @@ def _findlease_end(t: Timeline, claim: tl.Claim) -> int | None:
         if ticket == claim.ticket and gen > claim.gen
     ]
     ends += [e.seq for e in t.deletes if e["ticket"] == claim.ticket and e.seq > claim.entry.seq]
+    # Applied means committed, even when the commit's own answer (and record) was lost.
+    ends += [e.seq for e in t.applied.get(claim.ticket, []) if e.seq > claim.entry.seq]
     return min(ends) if ends else None
 
 

@@ -81,6 +81,8 @@ class Timeline:
     writes: dict[tuple[str, int], list[Entry]] = field(default_factory=dict)
     """(ticket, generation) -> the ticket writes S3 applied (from the `Oracle`), in order."""
     deletes: list[Entry] = field(default_factory=list)
+    applied: dict[str, list[Entry]] = field(default_factory=dict)
+    """ticket -> its applied events (by the committer or a helper): it was committed by then."""
     _ids: dict[str, set[str]] = field(default_factory=dict)
     reaps: dict[str, dict[int, Entry]] = field(default_factory=dict)
     """ticket -> new generation -> the first record of the reap that made it: the reap's
@@ -292,5 +294,6 @@ _READERS: dict[str, Callable[[Timeline, Entry], None]] = {
     "dispatch": _dispatch,
     "ticket_write": _write,
     "ticket_delete": lambda t, e: t.deletes.append(e),
+    "applied": lambda t, e: t.applied.setdefault(e["ticket"], []).append(e),
     "copy_write": lambda t, e: t.copies.__setitem__(e["key"], list(e["ids"])),
 }
