@@ -13,6 +13,7 @@ exit status is 1 if any run broke a guarantee; the table names the seed to repla
 from __future__ import annotations
 
 import argparse
+import logging
 import random
 import sys
 import time
@@ -201,6 +202,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-s", type=float, default=7200.0, help="give up after (s)")
     parser.add_argument("--history", default=None, help="write a failed run's history here")
     args = parser.parse_args(argv)
+    # Injected S3 errors are logged as warnings by the service: the progress line says enough.
+    logging.getLogger("s3queue").setLevel(logging.ERROR)
     args.profile = args.profile or ("everything" if args.backend == "memory" else "network")
     failed = []
     for i in range(args.runs):
