@@ -429,3 +429,63 @@ def test_a_paused_leader_never_touches_a_newer_leaders_tickets() -> None:
     # THEN it stood down without fencing the new leader's ticket
     assert h.kinds("fenced") == [] and len(h.kinds("deposed")) == 1
     assert len(h.keys("tickets/")) == 1
+
+
+def test_a_message_that_kills_its_worker_does_not_use_up_its_batch_mates_retries() -> None:
+    h = Harness(settings=QueueSettings(visibility_timeout=VIS, max_retries=3, batch_size=10))
+    for i in range(6):
+        h.queue.enqueue(f"m{i}")
+    h.queue.enqueue("killer")  # sorts after m0..m5: it dies first in the batch each time
+    for i in range(6, 9):
+        h.queue.enqueue(f"m{i}")
+    handler = Recorder(fail=lambda m: Crash() if m.body == "killer" else None)
+    for _ in range(4):  # max_retries + 1 deliveries, each killing its worker
+        h.tick()
+        with pytest.raises(Crash):
+            h.work(handler)
+        h.clock.advance(VIS + h.coordination.skew_tolerance + 1)
+    h.drain(handler)  # the fifth delivery dead-letters it unrun; the others go on
+    [dead] = h.queue.dead_letters()
+    assert dead["body"] == "killer" and "lease expired 4 times" in dead["reason"]
+    assert [m.attempt for m in handler.seen if m.body == "killer"] == [1, 2, 3, 4]
+    # the batch-mates after it never ran while it kept dying: only the first expiry counted
+    assert [m.attempt for m in handler.seen if m.body in ("m6", "m7", "m8")] == [2, 2, 2]
+    assert {b for b in handler.bodies()} == {"killer"} | {f"m{i}" for i in range(9)}
+
+
+class FreezeOnGet(MemoryStorage):
+    """A worker process that freezes while reading one key (the world moves on meanwhile)."""
+
+    def __init__(self, clock, key_part: str) -> None:  # type: ignore[no-untyped-def]
+        super().__init__(clock)
+        self.key_part, self.on_freeze = key_part, lambda: None
+
+    def get(self, key: str):  # type: ignore[no-untyped-def]
+        if self.key_part in key:
+            self.key_part = "\\0never"
+            self.on_freeze()
+        return super().get(key)
+
+
+def test_a_worker_frozen_past_its_lease_does_not_start_another_handler() -> None:
+    from s3queue.clock import FakeClock
+
+    clock = FakeClock()
+    storage = FreezeOnGet(clock, "-second")
+    h = Harness(storage=storage, clock=clock, settings=QueueSettings(visibility_timeout=VIS))
+    h.queue.enqueue("first", id="a-first")
+    h.queue.enqueue("second", id="b-second")
+    h.tick()
+    payload = h.invocations.pop()
+
+    def freeze() -> None:  # while reading "second": the lease lapses and is reaped
+        h.clock.advance(VIS + h.coordination.skew_tolerance + 1)
+        h.tick()
+
+    storage.on_freeze = freeze
+    handler = Recorder()
+    result = h.worker.process(payload, handler)
+    assert result.status == "lost"
+    assert handler.bodies() == ["first"]  # "second" was never started on the lapsed lease
+    h.work(Recorder())  # the redelivery runs both (first's outcome was not persisted)
+    assert h.keys("msg/") == []

@@ -12,7 +12,7 @@ Invariants (the ``invariant`` name of a `Violation`):
     phantom                 a handler ran a message nobody enqueued
     unexplained_duplicate   a handler ran again with no retry committed and no lease expiry
     invisible_redelivery    a redelivered run did not see a higher attempt number
-    attempt_accounting      an attempt number rose by more (or less) than its failures + expiries
+    attempt_accounting      an attempt rose by under its failures, or over failures + expiries
     double_claim            two claims of one ticket generation
     two_valid_leases        a message claimed while another worker's lease on it was still valid
     fenced_live_ticket      a ticket that had been claimed was deleted as fenced

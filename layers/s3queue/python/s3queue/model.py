@@ -192,6 +192,8 @@ class Ticket:
     owner: str | None = None
     lease_until_ms: int = 0
     committed_ms: int = 0
+    running: str | None = None
+    """The ref whose message the holder started last, recorded on redelivered tickets."""
     outcomes: list[Outcome] = field(default_factory=list)
     history: list[dict[str, Any]] = field(default_factory=list)
 
@@ -208,6 +210,7 @@ class Ticket:
             "owner": self.owner,
             "lease_until": self.lease_until_ms,
             "committed": self.committed_ms,
+            "running": self.running,
             "refs": [r.to_json() for r in self.refs],
             "outcomes": [o.to_json() for o in self.outcomes],
             "history": self.history,
@@ -229,6 +232,7 @@ class Ticket:
                 owner=doc.get("owner"),
                 lease_until_ms=int(doc.get("lease_until", 0)),
                 committed_ms=int(doc.get("committed", 0)),
+                running=doc.get("running"),
                 outcomes=[Outcome.from_json(o) for o in doc.get("outcomes", [])],
                 history=list(doc.get("history", [])),
             )
@@ -250,13 +254,21 @@ class Ticket:
     def expire(self, now_ms: int, counts: dict[str, int]) -> None:
         """An expired claim back to pending as a new generation (which fences the holder).
 
-        Each ref with a message not finished yet counts one more delivery; `counts` gives the
-        number of messages of a packed ref (1 when absent).
+        Which messages count one more delivery: when the holder recorded the message it was
+        running (it does on a redelivered ticket, see the worker), that message's ref alone, so
+        a message that keeps killing its worker does not use up its batch-mates' retries;
+        otherwise every ref with a message not finished yet. `counts` gives the number of
+        messages of a packed ref (1 when absent).
         """
         finished = self.finished()
-        for ref in self.refs:
-            if sum(1 for r, _ in finished if r == ref.key) < counts.get(ref.key, 1):
-                ref.redeliveries += 1
+        unfinished = [
+            ref
+            for ref in self.refs
+            if sum(1 for r, _ in finished if r == ref.key) < counts.get(ref.key, 1)
+        ]
+        running = [ref for ref in unfinished if ref.key == self.running]
+        for ref in running or unfinished:
+            ref.redeliveries += 1
         self.history.append(
             {
                 "event": "expired",
@@ -267,4 +279,5 @@ class Ticket:
             }
         )
         self.state, self.owner, self.lease_until_ms = "pending", None, 0
+        self.running = None
         self.generation += 1

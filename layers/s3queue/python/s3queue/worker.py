@@ -245,10 +245,23 @@ class Worker:
             if record.group is not None and record.group in failed_groups:
                 self._release(claim, ref, record, "earlier message of its group failed")
                 continue
+            self._before_start(claim, ref)
             outcome = self._handle(handler, ref, record, error)
             if outcome.kind == "retry" and record.group is not None:
                 failed_groups.add(record.group)
             claim.record(outcome)
+
+    def _before_start(self, claim: _Claim, ref: Ref) -> None:
+        """Never start a handler on a lapsed lease: renew first if a heartbeat is overdue (a
+        worker that was frozen finds out here that it was reaped). On a redelivered ticket,
+        also record which message starts (one PUT each), so that if it kills this worker too,
+        only its own delivery count grows (Ticket.expire)."""
+        overdue = self.clock.now_ms() >= claim.next_beat_ms
+        if claim.ticket.generation > 0 and claim.ticket.running != ref.key:
+            claim.ticket.running = ref.key
+            claim.beat()
+        elif overdue:
+            claim.beat()
 
     def _messages(
         self, claim: _Claim, loaded: dict[str, Loaded | None]
