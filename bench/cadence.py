@@ -8,8 +8,9 @@ what one idle invocation costs it. Two measurements:
   boto3 S3 client is the one `container()` builds, wrapped to count every request.
 - ``busy_minute``: one message arrives; `serve` runs as that handler runs it (default
   `ServeSettings`, a `Gauges` like the app's), on a `FakeClock` so its waits take no time, with a
-  worker processing each ticket inline. It ticks until every queue has been quiet for
-  ``linger`` seconds, then releases its leases: the cost of a minute in which work arrived.
+  worker processing each ticket inline. It ticks while there is work, then probes until every
+  queue has been quiet for ``linger`` seconds, then releases its leases: the cost of a minute in
+  which work arrived.
 """
 
 from __future__ import annotations

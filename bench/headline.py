@@ -6,6 +6,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from s3queue.runtime import LOCAL_SERVE
+
 Results = dict[str, Any]
 
 
@@ -82,7 +84,8 @@ def _idle(data: Results) -> list[Row]:
         first = windows[0]
         out.append(
             Row(
-                "Idle S3 requests per minute, local runtime (polling every ≤ 0.5 s)",
+                "Idle S3 requests per minute, local runtime "
+                f"(polling every ≤ {LOCAL_SERVE.max_idle_interval:g} s)",
                 f"{first['per_minute']:g}",
                 "",
                 None,

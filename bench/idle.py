@@ -3,9 +3,10 @@
 Local runtime (``run_local``, 2 workers, one queue): idle windows of ``idle_windows`` seconds,
 each ended by one message whose enqueue-to-handler-start latency is recorded. The first window
 comes right after start (the coordinator has never led: it only probes); later ones follow a
-message (the coordinator keeps its lease and ticks for ``release_after`` = 30 s, then probes
-again). The runtime's client counts every request; a sampler records the total every half
-second, for the timeline plot. The producer has a client of its own (not counted).
+message (the coordinator ticks until the message is done, then probes again, keeping its lease
+until it has been quiet for ``release_after`` = 30 s). The runtime's client counts every
+request; a sampler records the total every half second, for the timeline plot. The producer has
+a client of its own (not counted).
 
 Lambda cadence: see `bench.cadence`.
 """
@@ -17,6 +18,7 @@ import time
 from typing import Any
 
 from s3queue.producer import Queue
+from s3queue.runtime import LOCAL_SERVE
 from s3queue.storage.s3 import S3Storage
 
 from bench import cadence
@@ -67,7 +69,10 @@ def run(target: Target, plan: Plan, progress: Progress) -> dict[str, Any]:
         "params": {
             "idle_windows_seconds": list(plan.idle_windows),
             "local_workers": 2,
-            "local_serve": "run_local: idle probe backoff 0.1 s doubling to 0.5 s",
+            "local_serve": (
+                f"run_local: idle probe backoff {LOCAL_SERVE.idle_interval:g} s doubling to "
+                f"{LOCAL_SERVE.max_idle_interval:g} s"
+            ),
             "lambda_queues": plan.lambda_queues,
             "lambda_schedule": "one invocation a minute (EventBridge rate(1 minute))",
         },

@@ -17,6 +17,7 @@ import time
 from typing import Any
 
 from s3queue.producer import Queue
+from s3queue.runtime import LOCAL_SERVE
 from s3queue.storage.s3 import S3Storage
 
 from bench.local import LocalRun, Tracker, noop
@@ -54,7 +55,10 @@ def run(target: Target, plan: Plan, progress: Progress) -> dict[str, Any]:
             "steady_seconds": plan.steady_seconds,
             "backlog": plan.backlog,
             "handler": "does nothing",
-            "runtime": "run_local: coordinator polls every 0.05 s while busy, 0.1-0.5 s idle",
+            "runtime": (
+                f"run_local: coordinator polls every {LOCAL_SERVE.busy_interval:g} s while busy, "
+                f"{LOCAL_SERVE.idle_interval:g}-{LOCAL_SERVE.max_idle_interval:g} s idle"
+            ),
         },
         "steady": {**summarize_ms(steady_ms), "samples_ms": steady_ms},
         "backlog": {
