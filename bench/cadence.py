@@ -191,14 +191,19 @@ def _environment(values: dict[str, str]) -> Iterator[None]:
 @contextlib.contextmanager
 def _isolated_logging() -> Iterator[None]:
     """Undo what importing the app does to logging (Powertools takes over the ``s3queue`` logger
-    and filters the root handlers), so the scenarios that follow log as before."""
+    and filters the root handlers), so the scenarios that follow log as before.
+
+    Powertools' handler stays on the logger, as tests/lambda_support.py leaves it: Powertools
+    marks the logger it configured, and a later ``Logger()`` of the same service (the Lambda
+    tests, in the same process) expects to find that handler there.
+    """
     target = logging.getLogger("s3queue")
-    saved = (list(target.handlers), target.level, target.propagate, list(target.filters))
+    saved = (target.level, target.propagate, list(target.filters))
     root_filters = {id(h): list(h.filters) for h in logging.root.handlers}
     try:
         yield
     finally:
-        target.handlers[:], target.level, target.propagate, target.filters[:] = saved
+        target.level, target.propagate, target.filters[:] = saved
         for handler in logging.root.handlers:
             if id(handler) in root_filters:
                 handler.filters[:] = root_filters[id(handler)]
