@@ -155,3 +155,24 @@ def test_idle_probe_with_a_page_of_delayed_messages() -> None:
     assert h.coordinator.probe() is False  # two LISTs: the page, then tickets/
     h.queue.enqueue("now", delay=0)
     assert h.coordinator.probe() is True
+
+
+def test_a_handled_explicit_id_message_put_again_is_skipped_not_run() -> None:
+    # GIVEN an explicit-id message handled (its marker done), then put again by a repeated
+    # enqueue that read the marker just before it was marked done
+    h = Harness()
+    h.queue.enqueue("once", id="order-7")
+    [key] = h.keys("msg/")
+    body = h.storage.get(key)
+    assert body is not None
+    handler = Recorder()
+    h.drain(handler)
+    h.storage.put(key, body.body, if_none_match=True)
+    # WHEN it is dispatched again, THEN it is retired without running, and not as "done"
+    h.drain(handler)
+    assert handler.bodies() == ["once"]
+    [skip] = h.kinds("skip")
+    assert skip.fields["message_id"] == "order-7"
+    commits = [dict(e.fields["outcomes"]) for e in h.kinds("commit")]
+    assert commits == [{"order-7": "done"}, {"order-7": "skip"}]
+    assert h.keys("msg/") == []

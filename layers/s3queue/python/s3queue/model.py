@@ -14,7 +14,9 @@ from typing import Any, Literal
 from s3queue.errors import MalformedMessage
 
 FORMAT = 1
-OutcomeKind = Literal["done", "retry", "dead", "release"]
+OutcomeKind = Literal["done", "retry", "dead", "release", "skip"]
+"""done, retry, dead: the handler ran; release: it did not, the message goes back as it was;
+skip: an explicit-id message already handled (its marker is done), retired without running."""
 TicketState = Literal["pending", "claimed", "committed"]
 
 

@@ -289,7 +289,9 @@ class Worker:
             why = f"delivered {attempt} times (lease expired {ref.redeliveries} times)"
             return self._outcome(ref, record, "dead", why, attempt)
         if record.dedup and self._already_done(record.id):
-            return self._outcome(ref, record, "done", None, attempt)
+            # Put again by a repeated enqueue after it was handled: retire it, run nothing.
+            self.emit("skip", now, message_id=record.id, reason="explicit id already handled")
+            return Outcome(ref.key, record.id, "skip", now, None, 0, attempt)
         message = Message(
             record.id,
             record.body,
