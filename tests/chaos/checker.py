@@ -23,13 +23,14 @@ Invariants (the ``invariant`` name of a `Violation`):
     early_redelivery        a lease reaped less than the visibility timeout after its renewal
     early_retry             a retry ran before its backoff delay
     backoff_bounds          a backoff delay outside [0, min(cap, base * 2^(attempt-1))]
+    fifo                    a group ran out of enqueue order, or had two messages in flight at once
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from chaos import reruns
+from chaos import fifo, reruns
 from chaos import timeline as tl
 from chaos.history import Entry, FinalState
 from chaos.report import Expect, Redelivery, Report, Violation
@@ -47,6 +48,7 @@ def check(entries: list[Entry], final: FinalState, expect: Expect) -> Report:
     reruns.check_runs(t, expect, report)
     _check_leases(t, expect, report)
     _check_dead_letters(t, final, expect, report)
+    fifo.check(t, report)
     _count(t, final, report)
     return report
 
@@ -202,7 +204,7 @@ def _count(t: Timeline, final: FinalState, report: Report) -> None:
         if message_id in first:
             visible = entry.true_ms + int(entry.get("delay_ms", 0))
             report.lateness_ms.append(max(first[message_id] - visible, 0))
-    report.counts = {
+    report.counts |= {
         "messages": len(t.acked),
         "completed": len(status["done"] & set(t.acked)),
         "dead": len(final.dead),

@@ -6,12 +6,16 @@ flaky, poison, permanent, slow, Lambda-timeout killers, explicit ids, FIFO group
 foreign objects). Runs on SeaweedFS (`Cluster`: real threads, real S3, heartbeat threads)
 cover the network faults of a real client and real concurrency.
 
-A (family, seed) that a known core bug breaks is marked ``xfail(strict=True)`` naming the bug
-(see test_core_bugs.py for each bug reduced to a minimal test): it turns red once fixed.
+Each run is checked twice: `test_simulated_chaos` for every invariant but ``fifo``, and
+`test_simulated_fifo` for FIFO within a group, so that an open FIFO bug hides nothing else. A
+(family, seed) that a known core bug breaks is marked ``xfail(strict=True)`` naming the bug (see
+test_core_bugs.py for each bug reduced to a minimal test): it turns red once fixed.
 """
 
 from __future__ import annotations
 
+import functools
+from collections import Counter
 from typing import Any
 
 import pytest
@@ -22,7 +26,7 @@ from chaos.bench import Bench
 from chaos.configs import Config, real_time
 from chaos.process import Hazards
 from chaos.scenario import Result, run_cluster, run_sim
-from chaos.workload import Mix
+from chaos.workload import Mix, plan
 
 pytestmark = pytest.mark.chaos
 
@@ -55,6 +59,31 @@ SEEDS = (1, 2, 3)
 KNOWN: dict[tuple[str, int], str] = {}
 """(family, seed) -> the known core bug that breaks it (each has a minimal test in
 test_core_bugs.py); the run's report names the invariants."""
+BUG_J = (
+    "BUG J (open, test_core_bugs.py): a group's head waiting in backoff behind the cursor is "
+    "overtaken by the group's next message"
+)
+KNOWN_FIFO: dict[tuple[str, int], str] = {
+    (family, seed): BUG_J
+    for family, seeds in {
+        "quiet": (1, 2),
+        "s3-errors": (2,),
+        "s3-errors-after-applying": (1, 2),
+        "lost-responses": (1, 2),
+        "409-conflicts": (1, 2),
+        "s3-latency": (1, 2),
+        "worker-crashes": (1, 2),
+        "coordinator-crashes": (2,),
+        "worker-freezes": (1, 2),
+        "coordinator-freezes": (2,),
+        "skew-within-tolerance": (1, 2),
+        "invocations-duplicated-and-lost": (1, 2),
+        "two-coordinators": (1, 2),
+        "lambda-timeouts-and-slow-handlers": (2,),
+    }.items()
+    for seed in seeds
+}
+"""(family, seed) -> the known core bug that breaks FIFO in it (checked by test_simulated_fifo)."""
 
 
 def sim(family: str, seed: int, **overrides: Any) -> Result:
@@ -62,23 +91,51 @@ def sim(family: str, seed: int, **overrides: Any) -> Result:
     return run_sim(config.with_(**{**FAMILIES[family], **overrides}))
 
 
-def _cases() -> list[Any]:
+@functools.cache
+def family_run(family: str, seed: int) -> Result:
+    """One family's run, shared by the tests that check it (a run replays exactly)."""
+    return sim(family, seed)
+
+
+def _cases(known: dict[tuple[str, int], str]) -> list[Any]:
     cases = []
     for family in FAMILIES:
         for seed in SEEDS:
-            bug = KNOWN.get((family, seed))
+            bug = known.get((family, seed))
             marks = [pytest.mark.xfail(strict=True, reason=bug)] if bug else []
             cases.append(pytest.param(family, seed, id=f"{family}-{seed}", marks=marks))
     return cases
 
 
-@pytest.mark.parametrize(("family", "seed"), _cases())
+@pytest.mark.parametrize(("family", "seed"), _cases(KNOWN))
 def test_simulated_chaos(family: str, seed: int) -> None:
-    result = sim(family, seed)
+    result = family_run(family, seed)
     assert result.finished, result.explain()
-    assert result.report.ok, result.explain()
+    others = [v for v in result.report.violations if v.invariant != "fifo"]
+    assert not others, result.explain()
     counts = result.report.counts
     assert counts["completed"] + counts["dead"] >= counts["messages"] - 1
+
+
+@pytest.mark.parametrize(("family", "seed"), _cases(KNOWN_FIFO))
+def test_simulated_fifo(family: str, seed: int) -> None:
+    report = family_run(family, seed).report
+    assert report.counts["groups"] >= 3 and report.counts["grouped"] >= 20, report.counts
+    assert "fifo" not in report.invariants(), report.summary()
+
+
+def test_the_workload_puts_failing_messages_in_groups() -> None:
+    """Guards the FIFO checks against a workload without groups, or without failures in them:
+    several groups of several messages each, holding flaky, poison, slow and killer messages."""
+    lambda_mix = FAMILIES["lambda-timeouts-and-slow-handlers"]["mix"]
+    kinds: Counter[str] = Counter()
+    for mix in (Config().mix, lambda_mix):
+        for seed in SEEDS:
+            specs = plan(100, mix, Config().settings, seed)
+            sizes = Counter(s.group for s in specs if s.group is not None)
+            assert len(sizes) >= 3 and sorted(sizes.values())[-3] >= 5, sizes
+            kinds.update(s.kind for s in specs if s.group is not None)
+    assert {"flaky", "poison", "killer", "slow"} <= set(kinds), kinds
 
 
 def test_every_fault_family_injects_its_faults() -> None:
@@ -97,8 +154,8 @@ def test_every_fault_family_injects_its_faults() -> None:
         "lambda-timeouts-and-slow-handlers": "lambda_timeout",
     }
     for family, kind in expected.items():
-        assert sim(family, 1).faults[kind] > 0, family
-    everything = sim("everything", 1)
+        assert family_run(family, 1).faults[kind] > 0, family
+    everything = family_run("everything", 1)
     assert {"crash_w", "freeze_c", "lost_response", "error_after"} <= set(everything.faults)
     assert everything.report.redeliveries, "crashes and timeouts must cause redeliveries"
 
@@ -115,7 +172,7 @@ def test_skew_beyond_the_tolerance_reaps_early_but_loses_nothing(seed: int) -> N
     timeout (early_redelivery, a duplicate execution); fencing still rejects the stale
     holder, so nothing is lost or committed twice."""
     result = sim("skew-within-tolerance", seed, skew_ms=20_000)
-    assert result.report.invariants() <= {"early_redelivery"}, result.explain()
+    assert result.report.invariants() - {"fifo"} <= {"early_redelivery"}, result.explain()
 
 
 def test_skew_beyond_the_tolerance_does_reap_early() -> None:
@@ -204,6 +261,9 @@ def test_network_faults_and_crashes_on_seaweedfs(seaweed: EmbeddedS3, bucket: st
     )
     result = run_cluster(config, seaweed.make_client, bucket)
     assert result.finished, result.explain()
-    assert result.report.ok, result.explain()
+    # FIFO is asserted on the simulation, where an open FIFO bug can be pinned to its seeds
+    # (bugs J and M of test_core_bugs.py break it here at random).
+    others = [v for v in result.report.violations if v.invariant != "fifo"]
+    assert not others, result.explain()
     for kind in NETWORK:
         assert result.faults[kind] > 0, f"no {kind} injected: {dict(result.faults)}"

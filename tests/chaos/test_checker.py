@@ -3,10 +3,12 @@ with exactly the invariant it breaks (a checker that cannot fail proves nothing)
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from typing import Any
 
 import pytest
+from s3queue.keys import encode_group
 
 from chaos.checker import Expect, check
 from chaos.history import Entry, FinalState, Pending
@@ -48,6 +50,13 @@ class Story:
             self.add("enqueue", "producer", message_id=message_id, key=key(message_id))
         return self
 
+    def enqueue_grouped(self, group: str, *ids: str, producer: str = "producer") -> Story:
+        """Each message keyed at the reference clock, as a library producer would."""
+        for message_id in ids:
+            name = f"{1_700_000_000_000 + self.now:013d}-{message_id}~g{encode_group(group)}"
+            self.add("enqueue", producer, message_id=message_id, key=f"{ROOT}msg/{name}")
+        return self
+
     def dispatch(self, n: int, *ids: str) -> Story:
         return self.add("dispatch", "c1", ticket=ticket(n), refs=[key(i) for i in ids])
 
@@ -75,6 +84,10 @@ class Story:
 
     def expire(self, n: int, gen: int, owner: str) -> Story:
         return self.add("expire", "c1", ticket=ticket(n), generation=gen, owner=owner)
+
+    def release(self, n: int, worker: str, message_id: str) -> Story:
+        why = "earlier message of its group failed"
+        return self.add("release", worker, ticket=ticket(n), message_id=message_id, reason=why)
 
 
 def good() -> Story:
@@ -108,6 +121,93 @@ def test_a_correct_history_passes_and_its_redelivery_is_explained() -> None:
     assert (redelivery.id, redelivery.attempt) == ("r", 2)
     assert "crashed" in redelivery.reason
     assert report.counts["completed"] == 2 and report.counts["dead"] == 1
+
+
+def good_fifo() -> Story:
+    """good(), then a group g of a, b, c, d. a fails once: b, released in a's ticket, waits for
+    a's retry; b and c then run in one ticket (c after b's done, before their commit). d's first
+    run outlives its lease: its redelivery runs while the stale run is still going (no longer in
+    flight: its lease was reaped)."""
+    s = good().at(100_000).enqueue_grouped("g", "a", "b", "c", "d")
+    s.dispatch(10, "a", "b").claim(10, "w1").run("w1", "a", 1, "retry").release(10, "w1", "b")
+    s.commit(10, "w1", ("a", "retry"), ("b", "release"))
+    s.at(101_000).dispatch(11, "a").claim(11, "w2").run("w2", "a", 2)
+    s.commit(11, "w2", ("a", "done"))
+    s.dispatch(12, "b", "c").claim(12, "w1").run("w1", "b", 1).run("w1", "c", 1)
+    s.commit(12, "w1", ("b", "done"), ("c", "done"))
+    s.dispatch(13, "d").claim(13, "w1").add("handler_start", "w1", message_id="d", attempt=1)
+    s.at(102_000 + VIS + 5_000).expire(13, 1, "w1").claim(13, "w2", gen=1).run("w2", "d", 2)
+    s.add("handler_finish", "w1", message_id="d", attempt=1, outcome="done", duration_ms=1)
+    return s.commit(13, "w2", ("d", "done"))
+
+
+def test_a_correct_fifo_history_passes() -> None:
+    report = check(good_fifo().entries, final(), EXPECT)
+    assert report.ok, report.summary()
+    assert (report.counts["groups"], report.counts["grouped"]) == (1, 4)
+    assert report.counts["fifo_exempt"] == 0
+
+
+def _fifo_overtaken() -> Story:
+    """b, enqueued after a, runs while a waits for its retry."""
+    s = good().at(100_000).enqueue_grouped("g", "a", "b")
+    s.dispatch(10, "a").claim(10, "w1").run("w1", "a", 1, "retry")
+    s.commit(10, "w1", ("a", "retry"))
+    s.dispatch(11, "b").claim(11, "w2").run("w2", "b", 1).commit(11, "w2", ("b", "done"))
+    s.at(101_000).dispatch(12, "a").claim(12, "w1").run("w1", "a", 2)
+    return s.commit(12, "w1", ("a", "done"))
+
+
+def _fifo_two_in_flight() -> Story:
+    """x and y of one group, from two producers in one millisecond (no order between them:
+    exempt from the order rule), run at once on two valid leases."""
+    s = good().at(100_000).enqueue_grouped("g", "x").enqueue_grouped("g", "y", producer="p2")
+    s.dispatch(10, "x").dispatch(11, "y").claim(10, "w1").claim(11, "w2")
+    s.add("handler_start", "w1", message_id="x", attempt=1)
+    s.run("w2", "y", 1).commit(11, "w2", ("y", "done"))
+    s.add("handler_finish", "w1", message_id="x", attempt=1, outcome="done", duration_ms=1)
+    return s.commit(10, "w1", ("x", "done"))
+
+
+def _fifo_redelivery_forgets_the_failure() -> Story:
+    """A heartbeat records a's retry, b is released, the worker dies before its commit; the
+    redelivered ticket runs b (bug K of test_core_bugs.py) before a's retry."""
+    s = good().at(100_000).enqueue_grouped("g", "a", "b")
+    s.dispatch(10, "a", "b").claim(10, "w1").run("w1", "a", 1, "retry")
+    s.add("heartbeat", "w1", ticket=ticket(10)).release(10, "w1", "b")
+    s.add("crash", "w1", where="before put tickets")
+    s.at(100_000 + VIS + 5_000).expire(10, 1, "w1").claim(10, "w2", gen=1).run("w2", "b", 2)
+    s.commit(10, "w2", ("a", "retry"), ("b", "done"))
+    s.at(140_000).dispatch(11, "a").claim(11, "w1").run("w1", "a", 2)
+    return s.commit(11, "w1", ("a", "done"))
+
+
+FIFO_BREAKS: dict[str, Callable[[], Story]] = {
+    "overtaken": _fifo_overtaken,
+    "two-in-flight": _fifo_two_in_flight,
+    "redelivery-forgets-the-failure": _fifo_redelivery_forgets_the_failure,
+}
+
+
+@pytest.mark.parametrize("name", sorted(FIFO_BREAKS))
+def test_a_broken_fifo_history_is_flagged_with_fifo_alone(name: str) -> None:
+    report = check(FIFO_BREAKS[name]().entries, final(), EXPECT)
+    assert report.invariants() == {"fifo"}, report.summary() or "no violation found"
+
+
+def test_fifo_exempts_only_an_ambiguous_order_and_a_reaped_run() -> None:
+    # GIVEN two producers' messages of one group in one millisecond, run one after the other
+    # in key order (y's key sorts first); THEN no violation, one exempt pair
+    s = good().at(100_000).enqueue_grouped("g", "y").enqueue_grouped("g", "x", producer="p2")
+    s.dispatch(10, "x").claim(10, "w1").run("w1", "x", 1).commit(10, "w1", ("x", "done"))
+    s.dispatch(11, "y").claim(11, "w2").run("w2", "y", 1).commit(11, "w2", ("y", "done"))
+    report = check(s.entries, final(), EXPECT)
+    assert report.ok and report.counts["fifo_exempt"] == 1, report.summary()
+    # and the same producer's two: y must wait for x
+    s = good().at(100_000).enqueue_grouped("g", "y").enqueue_grouped("g", "x")
+    s.dispatch(10, "x").claim(10, "w1").run("w1", "x", 1).commit(10, "w1", ("x", "done"))
+    s.dispatch(11, "y").claim(11, "w2").run("w2", "y", 1).commit(11, "w2", ("y", "done"))
+    assert check(s.entries, final(), EXPECT).invariants() == {"fifo"}
 
 
 Mutation = Callable[[], tuple[Story, FinalState]]
@@ -148,6 +248,7 @@ CASES: dict[str, Mutation] = {
     "early_redelivery": lambda: (_early_expiry(), final()),
     "early_retry": lambda: (_early_retry(), final()),
     "backoff_bounds": lambda: (_long_backoff(), final()),
+    "fifo": lambda: (_fifo_overtaken(), final()),
 }
 
 
@@ -210,3 +311,37 @@ def test_a_redelivery_before_the_lease_expired_is_not_explained_by_a_later_expir
     s.at(VIS + 5_000).expire(0, 1, "w1")
     report = check(s.entries, FinalState(), EXPECT)
     assert {"unexplained_duplicate", "two_valid_leases"} <= report.invariants()
+
+
+def test_a_renewal_frozen_on_its_way_counts_from_when_it_was_sent() -> None:
+    # GIVEN w1's heartbeat PUT held up 12 s by a freeze of its process: the lease_until it
+    # carries was computed before the freeze, so a reap VIS + 1 s after the freeze is on time
+    t0, oracle = ticket(0), {"owner": None, "outcomes": []}
+    s = (
+        Story()
+        .enqueue("r")
+        .add(
+            "ticket_write",
+            "s3",
+            ticket=t0,
+            state="pending",
+            generation=0,
+            refs=[key("r")],
+            **oracle,
+        )
+    )
+    s.dispatch(0, "r").claim(0, "w1").run("w1", "r", 1)
+    s.add("ticket_write", "s3", ticket=t0, state="claimed", generation=0, **oracle)
+    s.at(5_000).add("freeze", "w1", where=f"put {t0}", seconds=12.0)
+    done = {"owner": "w1", "outcomes": [("r", "done")]}
+    s.at(17_000).add("ticket_write", "s3", ticket=t0, state="claimed", generation=0, **done)
+    s.add("heartbeat", "w1", ticket=t0).add("crash", "w1", where="before put tickets")
+    s.at(5_000 + VIS + 1_000).add(
+        "ticket_write", "s3", ticket=t0, state="pending", generation=1, **{**done, "owner": None}
+    )
+    s.expire(0, 1, "w1").claim(0, "w2", gen=1)
+    s.add("ticket_write", "s3", ticket=t0, state="committed", generation=1, **done)
+    s.commit(0, "w2", ("r", "done"))
+    # THEN it is not an early redelivery (measured from the write's arrival it would be)
+    report = check(s.entries, FinalState(), dataclasses.replace(EXPECT, poison=frozenset()))
+    assert report.ok, report.summary()

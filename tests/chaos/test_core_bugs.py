@@ -2,12 +2,13 @@
 
 A test of an open bug is marked ``xfail(strict=True, reason=...)``: the suite stays green, and
 the test turns red (XPASS) the day its bug is fixed, so the marker can go. A fixed bug's test
-stays as a plain regression test: A-G were fixed in e042ab1 and ed26773, I in 4943464. Each
-asserts the checker's verdict on the run.
+stays as a plain regression test: A-G were fixed in e042ab1 and ed26773, I in 4943464. J, K,
+L and M (FIFO within a group) are open. Each asserts the checker's verdict on the run.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from typing import Any
 
@@ -16,14 +17,16 @@ from s3queue.config import QueueSettings
 from s3queue.embedded import EmbeddedS3
 from s3queue.errors import StorageError
 from s3queue.model import Record, encode_records, foreign_id
+from s3queue.producer import Queue
 from s3queue.storage.base import Storage
 from s3queue.storage.s3 import S3Storage
 
+from chaos.actors import QUEUE
 from chaos.bench import Bench
 from chaos.faults import FaultPlan, S3Faults
 from chaos.process import Crash, CrashAt, ProcessStorage
-from chaos.scenario import KEYS
-from chaos.workload import Mix
+from chaos.scenario import KEYS, PREFIX
+from chaos.workload import Mix, Spec
 
 pytestmark = pytest.mark.chaos
 SINGLE, PACKED = Mix(packed=0.0), Mix(packed=1.0)
@@ -278,3 +281,138 @@ def test_i_tombstones_ending_a_list_page_do_not_crash_the_coordinator() -> None:
         bench.storage.put(KEYS.msg + name, b"" if emptied else body)
     tick = bench.coordinator("c1").tick()
     assert tick.dispatched == 5
+
+
+def grouped(spec: Spec, group: str = "g") -> Spec:
+    return dataclasses.replace(spec, group=group)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=AssertionError,
+    reason="BUG J (open): a group whose head waits in backoff behind the coordinator's cursor "
+    "counts as free; its next message, enqueued later, goes out first",
+)
+def test_j_a_group_head_in_backoff_behind_the_cursor_is_not_overtaken() -> None:
+    """OPEN BUG J: the planner (scan.Planner) knows a group is blocked only from the live tickets
+    (Coordinator._busy_groups) or from a candidate of that group it reads in the same tick. A
+    failed group head's retry copy keeps its old place (its enqueue time, with ~n<due>), so
+    once the rewind tick that read it is over, it is behind the cursor, which moves on to
+    now - straggler_margin; the cursor remembers only a wake-up time for it (Cursor.wakeups,
+    keyed by sort time, not by group). The group's next message, enqueued after that, lands
+    ahead of the cursor, the next tick reads it alone, finds its group free and dispatches it
+    while the head is still in backoff. Messages released behind a failed head (left in
+    place) are overtaken the same way. Found by the fifo invariant in the quiet family."""
+    # GIVEN a group's head that fails once (w2's first backoff draw: 7.2 s)
+    bench = Bench(QueueSettings(visibility_timeout=30, backoff_base=8.0, backoff_cap=8.0))
+    bench.producer.send([grouped(bench.spec(0, "flaky", fails=1, ms=0))], SINGLE)
+    coordinator, worker = bench.coordinator("c1"), bench.worker("w2")
+    coordinator.tick()
+    bench.work(worker)  # retry copy in the head's place, due in 7.2 s; the ticket is gone
+    bench.clock.advance(3)
+    coordinator.tick()  # rewinds: reads the copy in backoff; the cursor moves to now - 2 s
+    # WHEN the group's next message is enqueued while the head waits
+    bench.producer.send([grouped(bench.spec(1, ms=0))], SINGLE)
+    bench.clock.advance(0.5)
+    coordinator.tick()
+    bench.work(worker)
+    bench.drain(coordinator, worker)
+    # THEN it must not run before the head's retry has succeeded
+    report = bench.check()
+    assert report.ok, report.summary()
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=AssertionError,
+    reason="BUG K (open): a redelivered ticket runs a group's later message although a "
+    "heartbeat had recorded its earlier message's retry in the ticket",
+)
+def test_k_a_redelivered_ticket_keeps_its_groups_failure() -> None:
+    """OPEN BUG K: Worker._run skips every message whose outcome the ticket already holds, but
+    rebuilds `failed_groups` only from the retries of this delivery. When a heartbeat recorded
+    a group message's retry (and not yet the release of the next one) and the lease then
+    expired, the redelivery skips the failed message and runs the next one of its group: it
+    overtakes the retry. Found by reading the worker, confirmed by the fifo invariant."""
+    # GIVEN a ticket [a, b] of one group; a fails after 11 s, so a heartbeat records its retry
+    bench = Bench(QueueSettings(visibility_timeout=30, backoff_base=0.5, backoff_cap=0.5))
+    head = grouped(bench.spec(0, "flaky", fails=1, ms=11_000))
+    bench.producer.send([head, grouped(bench.spec(1, ms=0))], SINGLE)
+    coordinator = bench.coordinator("c1")
+    coordinator.tick()
+    # WHEN the worker dies at its commit, after releasing b (calls: lease, claim, GET a,
+    # heartbeat, GET b, commit)
+    dies = bench.worker("w1", bench.process_storage("w1", crash_at=CrashAt(5)))
+    with pytest.raises(Crash):
+        bench.work(dies)
+    assert [e["outcomes"] for e in bench.history.of("ticket_write")][-1], "no retry recorded"
+    bench.expire()
+    bench.drain(coordinator, bench.worker("w2"))
+    # THEN b still waits for a's retry
+    report = bench.check()
+    assert report.ok, report.summary()
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=AssertionError,
+    reason="BUG L (open): an explicit id is the tiebreaker of its key, so it loses its place "
+    "among its group's enqueues of the same millisecond",
+)
+def test_l_an_explicit_id_keeps_its_place_in_its_group() -> None:
+    """OPEN BUG L: Queue.enqueue keys a grouped message `<now_ms>-<id>`; keys of one millisecond
+    sort by id, which follows enqueue order only for generated ids (monotonic in a process). A
+    message enqueued with an explicit id sorts by that id among the same millisecond's
+    enqueues of one producer, and the planner dispatches in key order. Found by the fifo
+    invariant on the chaos workload (explicit-id messages in groups, the simulation's clock
+    standing still during a batch of enqueues)."""
+    # GIVEN one producer enqueues "z-first" (explicit id), then a second message, in one ms
+    bench = Bench()
+    bench.queue.enqueue({"n": 0, "kind": "ok", "ms": 0}, id="z-first", group="g")
+    bench.queue.enqueue({"n": 1, "kind": "ok", "ms": 0}, group="g")
+    # WHEN the queue is drained
+    coordinator = bench.coordinator("c1")
+    bench.drain(coordinator, bench.worker("w1"))
+    # THEN they ran in enqueue order
+    report = bench.check()
+    assert report.ok, report.summary()
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=AssertionError,
+    reason="BUG M (open): a grouped message whose PUT lands more than straggler_margin after "
+    "its key time is behind the cursor; its group's next message goes out first",
+)
+def test_m_a_group_head_that_lands_late_is_not_overtaken() -> None:
+    """OPEN BUG M: a message's key time is the producer's clock when the enqueue starts. When its
+    PUT lands more than straggler_margin later (S3Storage retrying 503s, a slow connection),
+    the leader's cursor has already moved past that time, and only the next sweep (or a new
+    leader) reads it. For a grouped message the group's next message, enqueued after the first
+    one was acknowledged, is read first, its group looks free, and it runs first. Found by the
+    fifo invariant on SeaweedFS (the chaos run with network faults: a 503 on the head's PUT)."""
+    bench = Bench()
+    coordinator = bench.coordinator("c1")
+    coordinator.tick()
+
+    def retried() -> None:  # the head's PUT takes 3 s; the leader ticks meanwhile
+        bench.clock.advance(3)
+        coordinator.tick()  # nothing new: the cursor moves to now - straggler_margin
+
+    slow = once(lambda op, key, body: op == "put" and key.startswith(KEYS.msg), retried)
+    producer = Queue(
+        QUEUE,
+        storage=Injecting(bench.storage, "producer", slow),
+        clock=bench.clock,
+        prefix=PREFIX,
+        listener=bench.history.listener("producer"),
+    )
+    # GIVEN a group's head, keyed at t = 0, that lands at t = 3 s
+    producer.enqueue({"n": 0, "kind": "ok", "ms": 0}, group="g")
+    # WHEN the group's next message is enqueued after it was acknowledged
+    producer.enqueue({"n": 1, "kind": "ok", "ms": 0}, group="g")
+    bench.clock.advance(0.5)
+    bench.drain(coordinator, bench.worker("w1"))
+    # THEN it runs after the head
+    report = bench.check()
+    assert report.ok, report.summary()

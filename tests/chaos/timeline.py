@@ -83,6 +83,11 @@ class Timeline:
     deletes: list[Entry] = field(default_factory=list)
     applied: dict[str, list[Entry]] = field(default_factory=dict)
     """ticket -> its applied events (by the committer or a helper): it was committed by then."""
+    grouped: dict[str, Entry] = field(default_factory=dict)
+    """Message id of a grouped message -> the first enqueue that acknowledged it."""
+    finishes: list[tuple[Entry, Claim | None]] = field(default_factory=list)
+    """Every terminal handler_finish (done or dead, with or without a handler call: a delivery
+    limit, a dedup marker found done), with the claim its worker held."""
     _ids: dict[str, set[str]] = field(default_factory=dict)
     reaps: dict[str, dict[int, Entry]] = field(default_factory=dict)
     """ticket -> new generation -> the first record of the reap that made it: the reap's
@@ -135,17 +140,30 @@ def _from_oracle(t: Timeline) -> None:
     t.commits = []
     for run in t.runs:
         run.committed, run.recorded_seq = False, None
+    frozen: dict[str, list[Entry]] = {}
+    for e in t.freezes:
+        frozen.setdefault(e.actor, []).append(e)
     for (ticket, gen), writes in sorted(t.writes.items(), key=lambda kv: kv[1][0].seq):
         claim = claims.get((ticket, gen))
+        previous = -1
         for w in writes:
             if claim is not None and w["state"] in ("claimed", "committed"):
-                claim.renewed_ms = w.true_ms
+                claim.renewed_ms = _sent_ms(frozen.get(claim.actor, []), w, previous)
+            previous = w.seq
             if w["state"] == "committed":
                 if claim is not None:
                     claim.commit = claim.commit or w
                 t.commits.append((w, claim))
                 _mark_committed(t, w, claim)
             _mark_recorded(t, w, claim)
+
+
+def _sent_ms(freezes: list[Entry], w: Entry, previous: int) -> int:
+    """When the holder sent ticket write `w`: its lease_until counts from then. A freeze of its
+    process in that very PUT (a pause, a hung connection) delays the write, not the lease."""
+    where = f"put {w['ticket']}"
+    held = [f.true_ms for f in freezes if previous < f.seq < w.seq and f.get("where") == where]
+    return min(held, default=w.true_ms)
 
 
 def _mark_recorded(t: Timeline, w: Entry, claim: Claim | None) -> None:
@@ -181,6 +199,8 @@ def _enqueue(t: Timeline, e: Entry) -> None:
     parsed = parse_msg_name(str(e.get("key", "")).rsplit("/", 1)[-1])
     if parsed is not None and len(ids) > 1:
         t.objects[parsed.id] = list(ids)
+    if parsed is not None and parsed.group is not None and len(ids) == 1:
+        t.grouped.setdefault(ids[0], e)  # a repeated explicit-id enqueue keeps its place
 
 
 def _foreign(t: Timeline, e: Entry) -> None:
@@ -219,6 +239,8 @@ def _start(t: Timeline, e: Entry) -> None:
 
 
 def _finish(t: Timeline, e: Entry) -> None:
+    if e.get("outcome") in TERMINAL:
+        t.finishes.append((e, t.current.get(e.actor)))
     run = t.open_runs.get(e.actor)
     if "duration_ms" not in e.fields or run is None or run.id != e["message_id"]:
         return  # an outcome without a handler call (malformed, dedup, delivery limit)
