@@ -471,10 +471,11 @@ def test_a_worker_frozen_past_its_lease_does_not_start_another_handler() -> None
     from s3queue.clock import FakeClock
 
     clock = FakeClock()
-    storage = FreezeOnGet(clock, "-second")
+    storage = FreezeOnGet(clock, "(set below)")
     h = Harness(storage=storage, clock=clock, settings=QueueSettings(visibility_timeout=VIS))
-    h.queue.enqueue("first", id="a-first")
-    h.queue.enqueue("second", id="b-second")
+    h.queue.enqueue("first")
+    h.queue.enqueue("second")
+    storage.key_part = h.keys("msg/")[1]  # the second message's object
     h.tick()
     payload = h.invocations.pop()
 

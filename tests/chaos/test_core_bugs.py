@@ -322,14 +322,8 @@ def test_j_a_group_head_in_backoff_behind_the_cursor_is_not_overtaken() -> None:
     assert report.ok, report.summary()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="BUG K (open): a redelivered ticket runs a group's later message although a "
-    "heartbeat had recorded its earlier message's retry in the ticket",
-)
 def test_k_a_redelivered_ticket_keeps_its_groups_failure() -> None:
-    """OPEN BUG K: Worker._run skips every message whose outcome the ticket already holds, but
+    """BUG K (fixed): Worker._run skips every message whose outcome the ticket already holds, but
     rebuilds `failed_groups` only from the retries of this delivery. When a heartbeat recorded
     a group message's retry (and not yet the release of the next one) and the lease then
     expired, the redelivery skips the failed message and runs the next one of its group: it
@@ -353,14 +347,8 @@ def test_k_a_redelivered_ticket_keeps_its_groups_failure() -> None:
     assert report.ok, report.summary()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="BUG L (open): an explicit id is the tiebreaker of its key, so it loses its place "
-    "among its group's enqueues of the same millisecond",
-)
 def test_l_an_explicit_id_keeps_its_place_in_its_group() -> None:
-    """OPEN BUG L: Queue.enqueue keys a grouped message `<now_ms>-<id>`; keys of one millisecond
+    """BUG L (fixed): Queue.enqueue keys a grouped message `<now_ms>-<id>`; keys of one millisecond
     sort by id, which follows enqueue order only for generated ids (monotonic in a process). A
     message enqueued with an explicit id sorts by that id among the same millisecond's
     enqueues of one producer, and the planner dispatches in key order. Found by the fifo

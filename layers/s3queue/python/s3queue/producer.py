@@ -64,10 +64,13 @@ class Queue:
         message_id = check_message_id(id) if id is not None else new_id(now)
         record = record_for(message_id, body, now, _check_group(group))
         record.dedup = id is not None
+        # The key's id is always a generated one: keys of one millisecond sort by it, and only
+        # generated ids follow enqueue order (a group's FIFO); an explicit id is in the record.
+        key_id = message_id if id is None else new_id(now)
         if group is not None:
-            key = MsgKey(now, message_id, group, visible if visible > now else 0)
+            key = MsgKey(now, key_id, group, visible if visible > now else 0)
         else:
-            key = MsgKey(visible, message_id)
+            key = MsgKey(visible, key_id)
         data = self._encode([record])
         if id is not None:
             self._enqueue_once(record, self.keys.msg_key(key), data)

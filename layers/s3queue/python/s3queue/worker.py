@@ -234,10 +234,14 @@ class Worker:
 
     def _run(self, claim: _Claim, handler: Handler, remaining_ms: Callable[[], int] | None) -> None:
         loaded = claim.loaded
-        finished = claim.ticket.finished()
+        recorded = {(o.ref, o.id): o.kind for o in claim.ticket.outcomes}
         failed_groups: set[str] = set()
         for ref, record, error in self._messages(claim, loaded):
-            if (ref.key, record.id) in finished:
+            if (ref.key, record.id) in recorded:
+                # Recorded by an earlier delivery's heartbeat: a group whose message failed
+                # there stays failed here, or the next one would overtake its retry.
+                if recorded[(ref.key, record.id)] == "retry" and record.group is not None:
+                    failed_groups.add(record.group)
                 continue
             if remaining_ms is not None and remaining_ms() < self.time_margin_ms:
                 self._release(claim, ref, record, "time short")
