@@ -287,14 +287,8 @@ def grouped(spec: Spec, group: str = "g") -> Spec:
     return dataclasses.replace(spec, group=group)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="BUG J (open): a group whose head waits in backoff behind the coordinator's cursor "
-    "counts as free; its next message, enqueued later, goes out first",
-)
 def test_j_a_group_head_in_backoff_behind_the_cursor_is_not_overtaken() -> None:
-    """OPEN BUG J: the planner (scan.Planner) knows a group is blocked only from the live tickets
+    """BUG J (fixed): the planner (scan.Planner) knows a group is blocked only from the live tickets
     (Coordinator._busy_groups) or from a candidate of that group it reads in the same tick. A
     failed group head's retry copy keeps its old place (its enqueue time, with ~n<due>), so
     once the rewind tick that read it is over, it is behind the cursor, which moves on to

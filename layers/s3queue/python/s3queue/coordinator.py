@@ -306,15 +306,19 @@ class Coordinator:
             return _dispatchable(found, in_flight, busy, self.settings.batch_size) >= want
 
         candidates, stopped = memory.cursor.read(self.storage, now, enough)
+        # A group whose waiting message this tick did not read is blocked: its later messages
+        # may not overtake it (FIFO), wherever the cursor is.
+        absent = memory.cursor.absent_heads(candidates)
         planner = scan.Planner(
             now_ms=now,
             batch_size=self.settings.batch_size,
             capacity=capacity,
             in_flight=in_flight,
-            busy_groups=busy,
+            busy_groups=busy | absent,
             live_origins={key.rsplit("/", 1)[1] for key in memory.known},
         )
         plan = planner.run(candidates)
+        memory.cursor.settle_held(plan, absent, stopped)
         dispatched = sum(self._publish(batch, now) for batch in plan.batches)
         memory.cursor.advance(plan, stopped, now)
         if memory.cursor.expired:

@@ -34,8 +34,12 @@ class Cursor:
     rewind_ms: int | None = None
     wakeups: dict[int, int] = field(default_factory=dict)
     """sort time -> due time of group heads in backoff."""
-    next_in_group: dict[str, int] = field(default_factory=dict)
-    """group -> sort time of its first message held back while the group was busy."""
+    held: dict[str, str] = field(default_factory=dict)
+    """group -> key of its first message known to wait undispatched (busy group, backoff,
+    capacity). Often behind the cursor: while a tick does not read it again, the group's later
+    messages must not go out (`absent_heads`)."""
+    swept: bool = False
+    """This tick's scan started over from the first message."""
     swept_ms: int = 0
     first_page: int = 1000
     """Keys asked of the first LIST (the coordinator sizes it to what it can dispatch)."""
@@ -76,8 +80,6 @@ class Cursor:
         """Resume at the first message held back by capacity; else where the scan stopped;
         else, having read up to now, a straggler margin before now."""
         self.wakeups.update(plan.wakeups)
-        for group, sort_ms in plan.next_in_group.items():
-            self.next_in_group[group] = min(sort_ms, self.next_in_group.get(group, sort_ms))
         held = plan.hold_key
         if held is not None:
             self.start_after = held[:-1]  # lists from `held` on (and its few same-prefix elders)
@@ -86,6 +88,29 @@ class Cursor:
         else:
             margin = round(self.config.straggler_margin * 1000)
             self.start_after = self.keys.msg_after(now - margin)
+
+    def absent_heads(self, candidates: list[scan.Candidate]) -> set[str]:
+        """Held groups whose waiting message this tick did not read: blocked for this plan."""
+        seen: dict[str, str] = {}
+        for c in candidates:
+            if c.group is not None:
+                seen[c.group] = min(c.key, seen.get(c.group, c.key))
+        return {g for g, key in self.held.items() if g not in seen or seen[g] > key}
+
+    def settle_held(self, plan: scan.Plan, absent: set[str], stopped: str) -> None:
+        """Held groups after a plan: still waiting unseen, or held back by this plan.
+
+        A sweep that read past a held message's place without finding it proves it gone
+        (purged): its group is free again.
+        """
+        held = {
+            g: key
+            for g, key in self.held.items()
+            if g in absent and not (self.swept and (not stopped or key <= stopped))
+        }
+        for group, key in plan.held_groups.items():
+            held[group] = min(key, held.get(group, key))
+        self.held = held
 
     def finished(self, refs: Iterable[MsgKey]) -> None:
         """A ticket is gone: rewind to its groups' released messages and next in line.
@@ -96,16 +121,17 @@ class Cursor:
         for parsed in refs:
             if parsed.group is not None:
                 sorts.append(parsed.sort_ms)
-                following = self.next_in_group.pop(parsed.group, None)
+                following = self.held.get(parsed.group)
                 if following is not None:
-                    sorts.append(following)
+                    sorts.append(_sort_ms(self.keys, following))
         if sorts:
             self._rewind(min(sorts))
 
     def _due(self, now: int) -> None:
-        if now - self.swept_ms >= round(self.config.sweep_interval * 1000):
+        self.swept = now - self.swept_ms >= round(self.config.sweep_interval * 1000)
+        if self.swept:
             self.start_after, self.swept_ms = "", now  # the periodic sweep for stragglers
-            self.rewind_ms, self.wakeups, self.next_in_group = None, {}, {}
+            self.rewind_ms, self.wakeups = None, {}
         for sort_ms, due in list(self.wakeups.items()):
             if due <= now:
                 del self.wakeups[sort_ms]

@@ -60,8 +60,9 @@ class Plan:
     """The first message held back by capacity (candidates come in key order); None if none."""
     wakeups: dict[int, int] = field(default_factory=dict)
     """sort time -> due time of group heads in backoff: rescan from there once due."""
-    next_in_group: dict[str, int] = field(default_factory=dict)
-    """group -> sort time of its first message held back because the group is busy."""
+    held_groups: dict[str, str] = field(default_factory=dict)
+    """group -> key of its first message not dispatched by this plan (busy, in backoff, no
+    capacity, batch full): the group may not move past it until it goes out."""
     waiting: int = 0
     """Ready messages left undispatched (capacity or busy groups)."""
 
@@ -116,12 +117,11 @@ class Planner:
 
     def _add_grouped(self, candidate: Candidate, group: str) -> None:
         if group in self.busy_groups or group in self._blocked:
-            self._blocked.add(group)
-            self.plan.next_in_group.setdefault(group, candidate.sort_ms)
+            self._block(group, candidate)
             self.plan.waiting += candidate.count
             return
         if candidate.ready_ms > self.now_ms:
-            self._blocked.add(group)  # FIFO: nothing after a message in backoff may overtake it
+            self._block(group, candidate)  # FIFO: nothing after a message in backoff overtakes it
             self.plan.wakeups[candidate.sort_ms] = candidate.ready_ms
             return
         batch = self._group_batches.get(group)
@@ -129,11 +129,15 @@ class Planner:
             batch.append(candidate)
             return
         if batch is not None:
-            self._blocked.add(group)
+            self._block(group, candidate)
             self.plan.waiting += candidate.count
             return
         new = self._new_batch(candidate)
         if new is None:
-            self._blocked.add(group)
+            self._block(group, candidate)
         else:
             self._group_batches[group] = new
+
+    def _block(self, group: str, candidate: Candidate) -> None:
+        self._blocked.add(group)
+        self.plan.held_groups.setdefault(group, candidate.key)
