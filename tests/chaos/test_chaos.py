@@ -59,12 +59,7 @@ SEEDS = (1, 2, 3)
 KNOWN: dict[tuple[str, int], str] = {}
 """(family, seed) -> the known core bug that breaks it (each has a minimal test in
 test_core_bugs.py); the run's report names the invariants."""
-FIFO_OPEN = (
-    "open, not yet diagnosed (bug N): a group's released message went out while the group's "
-    "head, a retry copy in its old place, had left the coordinator's held-groups memory "
-    "(Cursor.held) - seen only with S3 errors injected; bug J itself is fixed"
-)
-KNOWN_FIFO: dict[tuple[str, int], str] = {("everything", 2): FIFO_OPEN, ("s3-errors", 2): FIFO_OPEN}
+KNOWN_FIFO: dict[tuple[str, int], str] = {}
 """(family, seed) -> the known core bug that breaks FIFO in it (checked by test_simulated_fifo)."""
 
 

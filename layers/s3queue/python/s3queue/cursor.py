@@ -59,22 +59,42 @@ class Cursor:
         a busy group's messages is crossed quickly.
         """
         self._now = now
-        self._due(now)
+        swept = now - self.swept_ms >= round(self.config.sweep_interval * 1000)
+        start_after = "" if swept else self.start_after  # the periodic sweep for stragglers
+        due = [] if swept else [s for s, when in self.wakeups.items() if when <= now]
+        rewinds = [] if swept else [r for r in (self.rewind_ms, *due) if r is not None]
         inbox = storage.list(self.keys.inbox).entries
         found = {e.key: scan.inbox_candidate(e) for e in inbox}
-        if self.rewind_ms is not None:
-            if self.keys.msg_after(self.rewind_ms) < self.start_after:
-                self._page(storage, self.keys.msg_after(self.rewind_ms), found, 1000)
-            self.rewind_ms = None
-        start, stopped, limit = self.start_after or None, "", self.first_page
+        if rewinds and self.keys.msg_after(min(rewinds)) < start_after:
+            self._page(storage, self.keys.msg_after(min(rewinds)), found, 1000)
+        stopped = self._main(storage, start_after, found, now, enough)
+        # Every LIST answered: only now are the rewind and the wake-ups used up (a tick that
+        # fails half-way must not lose them, or a group's waiting head is left behind).
+        self.swept, self.rewind_ms = swept, None
+        if swept:
+            self.start_after, self.swept_ms, self.wakeups = "", now, {}
+        for sort_ms in due:
+            del self.wakeups[sort_ms]
+        return _ordered(found), stopped
+
+    def _main(
+        self,
+        storage: Storage,
+        start_after: str,
+        found: dict[str, scan.Candidate],
+        now: int,
+        enough: Callable[[Iterable[scan.Candidate]], bool],
+    ) -> str:
+        """The pages from the cursor; the last key read if they stopped short of now."""
+        start, stopped, limit = start_after or None, "", self.first_page
         for _ in range(self.config.scan_pages):
             stopped = self._page(storage, start, found, limit)
             if not stopped or _sort_ms(self.keys, stopped) > now:
-                return _ordered(found), ""
+                return ""
             start, limit = stopped, 1000
             if enough(found.values()):
                 break
-        return _ordered(found), stopped
+        return stopped
 
     def advance(self, plan: scan.Plan, stopped: str, now: int) -> None:
         """Resume at the first message held back by capacity; else where the scan stopped;
@@ -126,16 +146,6 @@ class Cursor:
                     sorts.append(_sort_ms(self.keys, following))
         if sorts:
             self._rewind(min(sorts))
-
-    def _due(self, now: int) -> None:
-        self.swept = now - self.swept_ms >= round(self.config.sweep_interval * 1000)
-        if self.swept:
-            self.start_after, self.swept_ms = "", now  # the periodic sweep for stragglers
-            self.rewind_ms, self.wakeups = None, {}
-        for sort_ms, due in list(self.wakeups.items()):
-            if due <= now:
-                del self.wakeups[sort_ms]
-                self._rewind(sort_ms)
 
     def _rewind(self, sort_ms: int) -> None:
         self.rewind_ms = sort_ms if self.rewind_ms is None else min(self.rewind_ms, sort_ms)
