@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from s3queue.errors import MalformedMessage, QueueNotFound
-from s3queue.keys import MsgKey, QueueKeys, new_id, parse_msg_name
+from s3queue.keys import MsgKey, QueueKeys, new_id
 from s3queue.model import Record, Ticket, encode_records
 from s3queue.storage.base import Entry, Storage, new_token
 
@@ -74,7 +74,7 @@ def _messages(storage: Storage, keys: QueueKeys) -> Iterator[tuple[Entry, int, i
     for entry in iter_keys(storage, keys.msg):
         if entry.size == 0:
             continue  # a consumed copy's tombstone (apply.py)
-        parsed = parse_msg_name(entry.key[len(keys.msg) :])
+        parsed = keys.parse_msg(entry.key)
         if parsed is None:
             yield entry, 1, 0
         else:

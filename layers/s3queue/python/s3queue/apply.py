@@ -27,7 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from s3queue.errors import Conflict, MalformedMessage
-from s3queue.keys import MsgKey, QueueKeys, parse_msg_name, ticket_name
+from s3queue.keys import MsgKey, QueueKeys, ticket_name
 from s3queue.model import Outcome, Record, Ref, Ticket, decode_records, encode_records
 from s3queue.model import foreign_record as _foreign
 from s3queue.storage.base import Storage, new_token
@@ -52,7 +52,7 @@ def load_ref(storage: Storage, keys: QueueKeys, ref: Ref, max_bytes: int) -> Loa
     if obj is None or (obj.body == TOMBSTONE and ref.key.startswith(keys.msg)):
         return None
     name = ref.key[len(keys.root) :]
-    if ref.key.startswith(keys.msg) and parse_msg_name(name[4:]) is not None:
+    if keys.parse_msg(ref.key) is not None:
         try:
             records = decode_records(obj.body)
         except MalformedMessage as exc:
@@ -100,7 +100,7 @@ def _untouched(keys: QueueKeys, ref: Ref, outcomes: list[Outcome]) -> bool:
     """A grouped message released as it was stays where it is, keeping its place in line."""
     if ref.redeliveries or any(o.kind != "release" for o in outcomes):
         return False
-    source = parse_msg_name(ref.key[len(keys.msg) :]) if ref.key.startswith(keys.msg) else None
+    source = keys.parse_msg(ref.key)
     return source is not None and source.group is not None
 
 
@@ -109,7 +109,7 @@ def _retire(storage: Storage, keys: QueueKeys, ticket: Ticket, sources: list[str
     etags = {r.key: r.etag for r in ticket.refs}
     originals: list[str] = []
     for key in sources:
-        parsed = parse_msg_name(key[len(keys.msg) :]) if key.startswith(keys.msg) else None
+        parsed = keys.parse_msg(key)
         if parsed is not None and parsed.origin is not None:
             # Conflict: already a tombstone (another applier), or long gone.
             with contextlib.suppress(Conflict):
@@ -134,7 +134,7 @@ def _apply_ref(
     outcomes: list[Outcome],
 ) -> None:
     kinds = {o.id: o for o in outcomes}
-    source = parse_msg_name(ref.key[len(keys.msg) :]) if ref.key.startswith(keys.msg) else None
+    source = keys.parse_msg(ref.key)
     released: list[Record] = []
     for record in records:
         outcome = kinds.get(record.id)

@@ -25,7 +25,7 @@ from s3queue.config import CoordinatorSettings, QueueSettings
 from s3queue.cursor import Cursor, msg_keys
 from s3queue.errors import Conflict, MalformedMessage
 from s3queue.events import Emitter, Listener
-from s3queue.keys import MsgKey, QueueKeys, check_queue_name, parse_msg_name, parse_ticket_name
+from s3queue.keys import MsgKey, QueueKeys, check_queue_name, parse_msg_name
 from s3queue.lease import LeaderLease
 from s3queue.model import Ref, Ticket
 from s3queue.storage.base import Entry, Storage, new_token
@@ -158,8 +158,7 @@ class Coordinator:
         self.memory = self._fresh()
 
     def _ticket_epochs(self) -> set[int]:
-        names = (e.key[len(self.keys.tickets) :] for e in self._list_tickets())
-        return {parsed[0] for name in names if (parsed := parse_ticket_name(name))}
+        return {p[0] for e in self._list_tickets() if (p := self.keys.parse_ticket(e.key))}
 
     def _list_tickets(self) -> list[Entry]:
         entries: list[Entry] = []
@@ -176,8 +175,7 @@ class Coordinator:
         renewal was not due yet, so we had not noticed). Stand down without touching anything:
         our lease document is stale, and judging its tickets by it would be wrong."""
         epoch = self.lease.epoch
-        names = (entry.key[len(self.keys.tickets) :] for entry in listed)
-        newer = [p for name in names if (p := parse_ticket_name(name)) and p[0] > epoch]
+        newer = [p for e in listed if (p := self.keys.parse_ticket(e.key)) and p[0] > epoch]
         if newer:
             self.lease.abdicate()
             self.emit("deposed", self.clock.now_ms(), epoch=epoch, newer=newer[0][0])
@@ -189,7 +187,7 @@ class Coordinator:
         assert doc is not None
         highest: dict[int, int] = {}
         for entry in listed:
-            parsed = parse_ticket_name(entry.key[len(self.keys.tickets) :])
+            parsed = self.keys.parse_ticket(entry.key)
             if parsed is not None:
                 highest[parsed[0]] = max(highest.get(parsed[0], -1), parsed[1])
         seals = {
@@ -208,7 +206,7 @@ class Coordinator:
         memory, now, reaped = self.memory, self.clock.now_ms(), 0
         seen: set[str] = set()
         for entry in listed:
-            parsed = parse_ticket_name(entry.key[len(self.keys.tickets) :])
+            parsed = self.keys.parse_ticket(entry.key)
             if parsed is None:
                 continue
             if doc.accepts(*parsed) is False:  # below its epoch's seal: no worker ever runs it
@@ -336,7 +334,7 @@ class Coordinator:
         )
 
     def _parsed(self, ticket: Ticket) -> list[_Ref]:
-        return [_Ref(r.key, _msg_key(self, r.key)) for r in ticket.refs]
+        return [_Ref(r.key, self.keys.parse_msg(r.key)) for r in ticket.refs]
 
     def _live_refs(self) -> list[_Ref]:
         return [r for known in self.memory.known.values() for r in self._parsed(known.ticket)]
@@ -410,11 +408,6 @@ class _Ref:
     @property
     def count(self) -> int:
         return self.parsed.count if self.parsed is not None else 1
-
-
-def _msg_key(coordinator: Coordinator, key: str) -> MsgKey | None:
-    prefix = coordinator.keys.msg
-    return parse_msg_name(key[len(prefix) :]) if key.startswith(prefix) else None
 
 
 def _ms(seconds: float) -> int:

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 from s3queue import scan
 from s3queue.config import CoordinatorSettings
-from s3queue.keys import MsgKey, QueueKeys, parse_msg_name
+from s3queue.keys import MsgKey, QueueKeys
 from s3queue.storage.base import Storage
 
 
@@ -167,7 +167,7 @@ class Cursor:
 
 def _sort_ms(keys: QueueKeys, key: str) -> int:
     """A listed msg/ key's sort time (the key may be a tombstone's, not in the candidates)."""
-    parsed = parse_msg_name(key[len(keys.msg) :])
+    parsed = keys.parse_msg(key)
     return parsed.sort_ms if parsed is not None else 0
 
 
@@ -177,5 +177,4 @@ def _ordered(found: dict[str, scan.Candidate]) -> list[scan.Candidate]:
 
 def msg_keys(keys: QueueKeys, names: Iterable[str]) -> list[MsgKey]:
     """The parsed ``msg/`` keys among `names` (inbox keys and foreign names are skipped)."""
-    parsed = (parse_msg_name(n[len(keys.msg) :]) for n in names if n.startswith(keys.msg))
-    return [p for p in parsed if p is not None]
+    return [p for n in names if (p := keys.parse_msg(n)) is not None]

@@ -174,6 +174,14 @@ class QueueKeys:
         """LIST from after this key to see inbox/, msg/ and tickets/ in one request."""
         return self.root + "inbox"
 
+    def parse_msg(self, key: str) -> MsgKey | None:
+        """The fields of a full ``msg/`` key; None for any other key or a foreign name."""
+        return parse_msg_name(key[len(self.msg) :]) if key.startswith(self.msg) else None
+
+    def parse_ticket(self, key: str) -> tuple[int, int] | None:
+        """(epoch, seq) of a full ``tickets/`` key; None for any other key."""
+        return parse_ticket_name(key[len(self.tickets) :]) if key.startswith(self.tickets) else None
+
     def msg_key(self, key: MsgKey) -> str:
         return self.msg + key.name()
 
