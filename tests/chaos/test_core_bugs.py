@@ -3,7 +3,7 @@
 A test of an open bug is marked ``xfail(strict=True, reason=...)``: the suite stays green, and
 the test turns red (XPASS) the day its bug is fixed, so the marker can go. A fixed bug's test
 stays as a plain regression test: A-G were fixed in e042ab1 and ed26773, I in 4943464. J, K,
-L and M (FIFO within a group) are open. Each asserts the checker's verdict on the run.
+L (FIFO within a group) and O (a failed publish) are fixed; M is open. Each asserts the checker's verdict on the run.
 """
 
 from __future__ import annotations
@@ -356,6 +356,40 @@ def test_l_an_explicit_id_keeps_its_place_in_its_group() -> None:
     coordinator = bench.coordinator("c1")
     bench.drain(coordinator, bench.worker("w1"))
     # THEN they ran in enqueue order
+    report = bench.check()
+    assert report.ok, report.summary()
+
+
+def test_o_a_tick_whose_publish_fails_reads_its_group_head_again() -> None:
+    """BUG O (fixed): a tick consumed its rewind and wake-ups and moved `Cursor.held` on while it
+    planned; if publishing the ticket then failed (S3 refused the PUT past its retries), the
+    planned group head was never dispatched, nothing remembered it, and it lay behind the
+    cursor until the sweep, while the next tick read the group's later message alone and sent
+    it out first. Found by the fifo invariant (`soak.py --profile everything --seed 424242`)."""
+    # GIVEN a group's head that fails once and waits in backoff behind the cursor (as in J)
+    bench = Bench(QueueSettings(visibility_timeout=30, backoff_base=8.0, backoff_cap=8.0))
+    bench.producer.send([grouped(bench.spec(0, "flaky", fails=1, ms=0))], SINGLE)
+    fail_publish = [False]
+
+    def rule(op: str, key: str, body: bytes | None) -> None:
+        if fail_publish[0] and op == "put" and key.startswith(KEYS.tickets):
+            fail_publish[0] = False
+            unavailable()
+
+    storage = Injecting(bench.storage, "c1", rule)
+    coordinator, worker = bench.coordinator("c1", storage), bench.worker("w2")
+    coordinator.tick()
+    bench.work(worker)  # the retry copy keeps the head's place, due in 7.2 s
+    bench.clock.advance(3)
+    coordinator.tick()  # the rewind reads the copy in backoff: a wake-up at its due time
+    bench.producer.send([grouped(bench.spec(1, ms=0))], SINGLE)
+    bench.clock.advance(6)
+    # WHEN the tick that wakes the head plans [head, next] and its ticket PUT is refused
+    fail_publish[0] = True
+    with pytest.raises(StorageError):
+        coordinator.tick()
+    bench.drain(coordinator, worker)
+    # THEN the next tick reads the head again and the group keeps its order
     report = bench.check()
     assert report.ok, report.summary()
 

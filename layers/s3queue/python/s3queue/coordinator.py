@@ -303,6 +303,7 @@ class Coordinator:
         def enough(found: Iterable[scan.Candidate]) -> bool:
             return _dispatchable(found, in_flight, busy, self.settings.batch_size) >= want
 
+        saved = memory.cursor.snapshot()
         candidates, stopped = memory.cursor.read(self.storage, now, enough)
         # A group whose waiting message this tick did not read is blocked: its later messages
         # may not overtake it (FIFO), wherever the cursor is.
@@ -317,8 +318,16 @@ class Coordinator:
         )
         plan = planner.run(candidates)
         memory.cursor.settle_held(plan, absent, stopped)
-        dispatched = sum(self._publish(batch, now) for batch in plan.batches)
-        memory.cursor.advance(plan, stopped, now)
+        try:
+            published = [self._publish(batch, now) for batch in plan.batches]
+        except BaseException:
+            memory.cursor.restore(saved)
+            raise
+        if all(published):
+            memory.cursor.advance(plan, stopped, now)
+        else:  # a batch did not go out: read its messages again, in their place in line
+            memory.cursor.restore(saved)
+        dispatched = sum(published)
         if memory.cursor.expired:
             self.storage.delete_many(memory.cursor.expired)
             memory.cursor.expired = []

@@ -16,7 +16,7 @@ back for everyone else. A group head in backoff schedules a wake-up: a rewind on
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from s3queue import scan
 from s3queue.config import CoordinatorSettings
@@ -46,6 +46,23 @@ class Cursor:
     expired: list[str] = field(default_factory=list)
     """Tombstones past their TTL met by the scan, for the coordinator to delete."""
     _now: int = 0
+
+    def snapshot(self) -> Cursor:
+        """A copy of the scan state, to restore when a tick fails after reading."""
+        return replace(self, wakeups=dict(self.wakeups), held=dict(self.held), expired=[])
+
+    def restore(self, saved: Cursor) -> None:
+        """Back to `saved`: the next tick reads again what this one read and did not publish.
+
+        A tick consumes its rewind, wake-ups and sweep and moves `held` on as it plans; if
+        publishing then fails, the planned messages were never dispatched and may lie behind
+        the cursor, where nothing would read them again before the sweep while their group's
+        later messages go out (FIFO). Reading again is always safe: what did go out is in
+        flight and skipped.
+        """
+        self.start_after, self.rewind_ms = saved.start_after, saved.rewind_ms
+        self.wakeups, self.held = saved.wakeups, saved.held
+        self.swept, self.swept_ms = saved.swept, saved.swept_ms
 
     def read(
         self, storage: Storage, now: int, enough: Callable[[Iterable[scan.Candidate]], bool]
