@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
-from harness import Harness, Recorder
+from harness import QUEUE, Harness, Recorder
 from s3queue.config import QueueSettings
+from s3queue.events import Event
+from s3queue.producer import Queue
 
 
 def test_group_in_order_one_in_flight() -> None:
@@ -136,3 +139,52 @@ def test_ungrouped_retry_after_a_long_ticket_goes_out_without_a_sweep() -> None:
         [("bystander", 1), (0, 2)],
     )
     assert h.kinds("dispatch")[-1].at_ms - h.kinds("dispatch")[0].at_ms < 30_000
+
+
+class _SlowPuts:
+    """A storage whose message PUTs take `seconds` on the clock (a retried 503, a slow link)."""
+
+    def __init__(self, h: Harness, seconds: list[float]) -> None:
+        self.inner, self.h, self.seconds = h.storage, h, seconds
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def put(self, key: str, body: bytes, **kwargs: Any) -> str:
+        etag = self.inner.put(key, body, **kwargs)
+        if "/msg/" in key and self.seconds:
+            self.h.clock.advance(self.seconds.pop(0))
+            self.h.tick()  # the leader ticks meanwhile: its cursor moves past the key's time
+        return etag
+
+
+def test_a_grouped_put_that_lands_late_leaves_a_notice_the_leader_follows_and_deletes() -> None:
+    # GIVEN a grouped enqueue whose PUT takes 3 s, and whose first late notice takes 1.5 s too
+    h = Harness()
+    h.tick()
+    events: list[Event] = []
+    storage = _SlowPuts(h, [3.0, 1.5])
+    slow = Queue(QUEUE, storage=storage, clock=h.clock, listener=events.append)  # type: ignore[arg-type]
+    slow.enqueue("head", group="g")
+    # THEN two notices were put (the second because the first landed late as well); the leader
+    # ticking meanwhile followed the first; the second is there and does not count as a message
+    assert len([e for e in events if e.kind == "late_notice"]) == 2
+    assert len([k for k in h.keys("msg/") if "~p" in k]) == 1
+    stats = h.queue.stats()
+    assert stats["pending"] + stats["in_flight"] + stats["delayed"] == 1, stats
+    # WHEN a later message of the group is enqueued quickly (no notice) and the leader ticks
+    h.queue.enqueue("next", group="g")
+    handler = Recorder()
+    h.drain(handler)
+    # THEN the head ran first and the notices are gone
+    assert handler.bodies() == ["head", "next"]
+    assert h.keys("msg/") == []
+
+
+def test_a_fast_grouped_put_and_an_ungrouped_slow_put_leave_no_notice() -> None:
+    h = Harness()
+    slow = Queue(QUEUE, storage=_SlowPuts(h, [0.5, 5.0]), clock=h.clock)  # type: ignore[arg-type]
+    slow.enqueue("quick", group="g")
+    slow.enqueue("free")  # ungrouped: no order to keep, a sweep finds it
+    assert not [k for k in h.keys("msg/") if "~p" in k]
+    assert len(h.keys("msg/")) == 2

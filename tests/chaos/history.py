@@ -169,8 +169,11 @@ def _pending(storage: Storage, keys: QueueKeys, key: str) -> list[Pending]:
     if obj is None or is_tombstone(key, len(obj.body)):
         return []
     name = key[len(keys.root) :]
-    if parse_msg_name(name[4:]) is None:
+    parsed = parse_msg_name(name[4:])
+    if parsed is None:
         return [Pending(foreign_id(name), key, 1)]
+    if parsed.target is not None:
+        return []  # a late notice left behind: not a message
     try:
         return [Pending(r.id, key, r.attempt) for r in decode_records(obj.body)]
     except MalformedMessage:

@@ -77,7 +77,7 @@ def _messages(storage: Storage, keys: QueueKeys) -> Iterator[tuple[Entry, int, i
         parsed = keys.parse_msg(entry.key)
         if parsed is None:
             yield entry, 1, 0
-        else:
+        elif parsed.target is None:  # else a late notice (producer.py): not a message
             yield entry, parsed.count, parsed.ready_ms
 
 

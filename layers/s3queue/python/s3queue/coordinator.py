@@ -328,10 +328,15 @@ class Coordinator:
         else:  # a batch did not go out: read its messages again, in their place in line
             memory.cursor.restore(saved)
         dispatched = sum(published)
-        if memory.cursor.expired:
-            self.storage.delete_many(memory.cursor.expired)
-            memory.cursor.expired = []
-        ready = [c.ready_ms for c in candidates if c.key not in in_flight and c.ready_ms <= now]
+        done = memory.cursor.expired + memory.cursor.notices
+        if done:
+            self.storage.delete_many(done)
+            memory.cursor.expired, memory.cursor.notices = [], []
+        ready = [
+            c.ready_ms
+            for c in candidates
+            if c.key not in in_flight and c.ready_ms <= now and c.target is None
+        ]
         return TickResult(
             leader=True,
             dispatched=dispatched,

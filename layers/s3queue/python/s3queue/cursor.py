@@ -45,11 +45,15 @@ class Cursor:
     """Keys asked of the first LIST (the coordinator sizes it to what it can dispatch)."""
     expired: list[str] = field(default_factory=list)
     """Tombstones past their TTL met by the scan, for the coordinator to delete."""
+    notices: list[str] = field(default_factory=list)
+    """Late notices this tick read and followed: deleted once its tickets are published."""
     _now: int = 0
 
     def snapshot(self) -> Cursor:
         """A copy of the scan state, to restore when a tick fails after reading."""
-        return replace(self, wakeups=dict(self.wakeups), held=dict(self.held), expired=[])
+        return replace(
+            self, wakeups=dict(self.wakeups), held=dict(self.held), expired=[], notices=[]
+        )
 
     def restore(self, saved: Cursor) -> None:
         """Back to `saved`: the next tick reads again what this one read and did not publish.
@@ -63,6 +67,7 @@ class Cursor:
         self.start_after, self.rewind_ms = saved.start_after, saved.rewind_ms
         self.wakeups, self.held = saved.wakeups, saved.held
         self.swept, self.swept_ms = saved.swept, saved.swept_ms
+        self.notices = []  # kept in S3: read and followed again
 
     def read(
         self, storage: Storage, now: int, enough: Callable[[Iterable[scan.Candidate]], bool]
@@ -85,6 +90,7 @@ class Cursor:
         if rewinds and self.keys.msg_after(min(rewinds)) < start_after:
             self._page(storage, self.keys.msg_after(min(rewinds)), found, 1000)
         stopped = self._main(storage, start_after, found, now, enough)
+        self._follow(storage, found)
         # Every LIST answered: only now are the rewind and the wake-ups used up (a tick that
         # fails half-way must not lose them, or a group's waiting head is left behind).
         self.swept, self.rewind_ms = swept, None
@@ -113,6 +119,21 @@ class Cursor:
                 break
         return stopped
 
+    def _follow(self, storage: Storage, found: dict[str, scan.Candidate]) -> None:
+        """Read the target of each late notice that this tick's pages did not show (it landed
+        behind the cursor), so the planner sees it ahead of its group's later messages."""
+        for notice in [c for c in found.values() if c.target is not None]:
+            self.notices.append(notice.key)
+            target = notice.target
+            assert target is not None
+            if any(key.startswith(target) for key in found):
+                continue
+            # The target, or a retry copy of it (same name, more attributes), sorts first here.
+            page = storage.list(self.keys.msg, start_after=target[:-1], limit=3)
+            for entry in page.entries:
+                if entry.key.startswith(target) and entry.size:
+                    found[entry.key] = scan.msg_candidate(entry, entry.key[len(self.keys.msg) :])
+
     def advance(self, plan: scan.Plan, stopped: str, now: int) -> None:
         """Resume at the first message held back by capacity; else where the scan stopped;
         else, having read up to now, a straggler margin before now."""
@@ -130,7 +151,7 @@ class Cursor:
         """Held groups whose waiting message this tick did not read: blocked for this plan."""
         seen: dict[str, str] = {}
         for c in candidates:
-            if c.group is not None:
+            if c.group is not None and c.target is None:
                 seen[c.group] = min(c.key, seen.get(c.group, c.key))
         return {g for g, key in self.held.items() if g not in seen or seen[g] > key}
 

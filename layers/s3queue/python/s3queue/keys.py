@@ -10,7 +10,9 @@
 ``inbox/`` < ``msg/`` < ``tickets/`` sort together after everything else, so one LIST starting
 after ``inbox`` sees all live work of a queue (the idle probe). A message key's attributes:
 ``~g<group>`` (base64url), ``~n<not_before_ms>``, ``~c<count>`` (a packed object of that many
-messages), ``~o<epoch>-<seq>`` (written by that ticket's apply: not dispatchable while it lives).
+messages), ``~o<epoch>-<seq>`` (written by that ticket's apply: not dispatchable while it lives),
+``~p<sort_ms>-<id>-<not_before_ms>`` (a *late notice*: not a message, but a pointer to a grouped
+message whose PUT landed late, put by its producer ahead of the cursor; see producer.py).
 """
 
 from __future__ import annotations
@@ -78,10 +80,28 @@ class MsgKey:
     not_before_ms: int = 0
     count: int = 1
     origin: str | None = None
+    target: str | None = None
+    """A late notice's target: ``<sort_ms>-<id>-<not_before_ms>`` of a message of its group."""
 
     @property
     def ready_ms(self) -> int:
         return max(self.sort_ms, self.not_before_ms)
+
+    def notice(self, now_ms: int, notice_id: str) -> MsgKey:
+        """A late notice for this (grouped) message, keyed at `now_ms`."""
+        return MsgKey(
+            now_ms,
+            notice_id,
+            self.group,
+            target=f"{self.sort_ms:013d}-{self.id}-{self.not_before_ms}",
+        )
+
+    def target_key(self) -> MsgKey | None:
+        """The message a late notice points at; None for any other key."""
+        if self.target is None:
+            return None
+        sort_ms, message_id, not_before = self.target.split("-")
+        return MsgKey(int(sort_ms), message_id, self.group, int(not_before))
 
     def name(self) -> str:
         parts = [f"{self.sort_ms:013d}-{self.id}"]
@@ -93,6 +113,8 @@ class MsgKey:
             parts.append(f"c{self.count}")
         if self.origin:
             parts.append("o" + self.origin)
+        if self.target:
+            parts.append("p" + self.target)
         return "~".join(parts)
 
 
@@ -120,9 +142,19 @@ def parse_msg_name(name: str) -> MsgKey | None:
             not_before_ms=int(fields.get("n", "0")),
             count=int(fields.get("c", "1")),
             origin=fields.get("o"),
+            target=_check_target(fields.get("p")),
         )
     except (ValueError, binascii.Error, UnicodeDecodeError):
         return None
+
+
+_TARGET = re.compile(r"^\d{13}-[0-9A-Z]{26}-\d+$")
+
+
+def _check_target(text: str | None) -> str | None:
+    if text is not None and not _TARGET.match(text):
+        raise ValueError(f"not a late notice's target: {text!r}")
+    return text
 
 
 def ticket_name(epoch: int, seq: int) -> str:

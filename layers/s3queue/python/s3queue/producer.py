@@ -1,8 +1,22 @@
-"""`Queue`: the producer's API (enqueue, enqueue_many) and the admin calls on one queue."""
+"""`Queue`: the producer's API (enqueue, enqueue_many) and the admin calls on one queue.
+
+A grouped message's place in its group is its key time, the producer's clock when the enqueue
+starts. The leader reads only a `straggler_margin` (2 s) behind its cursor, so a PUT that lands
+later than that (retried 503s, a slow link) is behind the cursor, and the group's next message
+could be read and sent first. So an enqueue whose grouped PUT took longer than `LANDING_MS`
+puts a *late notice* (a small object keyed now, ``~p<target>``) before it returns: the leader
+reads the notice ahead of anything enqueued after it and fetches its target first::
+
+    producer   PUT m1 (key t0) .......(slow)....... lands --- PUT notice (key t1) --- return
+    producer                                                                   PUT m2 (key >= t1)
+    leader                    cursor passes t0 ............ LIST: notice, m2 -> LIST m1 first
+"""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
 from collections.abc import Iterable
 from typing import Any
 
@@ -14,6 +28,12 @@ from s3queue.keys import MsgKey, QueueKeys, check_message_id, check_queue_name, 
 from s3queue.model import Record, encode_records, record_for
 from s3queue.storage.base import Storage, new_token
 
+_log = logging.getLogger(__name__)
+
+LANDING_MS = 1000
+"""A grouped PUT that took longer than this gets a late notice; the coordinator's
+`straggler_margin` must exceed it by the producers' clock skew."""
+MAX_NOTICES = 10
 PACK_BYTES = 4 * 1024 * 1024
 """`enqueue_many` starts a new object past this size."""
 MAX_GROUP = 128
@@ -73,9 +93,11 @@ class Queue:
             key = MsgKey(visible, key_id)
         data = self._encode([record])
         if id is not None:
-            self._enqueue_once(record, self.keys.msg_key(key), data)
+            key = self._enqueue_once(record, key, data)
         else:
             self._create(self.keys.msg_key(key), data)
+        if group is not None:
+            self._notice_if_late(key)
         self.emit("enqueue", now, message_id=message_id, key=self.keys.msg_key(key))
         return message_id
 
@@ -123,7 +145,21 @@ class Queue:
     def _create(self, key: str, encoded: tuple[bytes, str]) -> None:
         self.storage.put(key, encoded[0], if_none_match=True, token=encoded[1])
 
-    def _enqueue_once(self, record: Record, key: str, data: tuple[bytes, str]) -> None:
+    def _notice_if_late(self, key: MsgKey) -> None:
+        """Put late notices until one lands within `LANDING_MS` of its key time (see module)."""
+        landed_by, now = key.sort_ms, self.clock.now_ms()
+        for _ in range(MAX_NOTICES):
+            if now - landed_by <= LANDING_MS:
+                return
+            notice = self.keys.msg_key(key.notice(now, new_id(now)))
+            token = new_token()
+            body = json.dumps({"v": 1, "token": token, "notice": self.keys.msg_key(key)}).encode()
+            self.storage.put(notice, body, if_none_match=True, token=token)
+            self.emit("late_notice", now, key=self.keys.msg_key(key), notice=notice)
+            landed_by, now = now, self.clock.now_ms()
+        _log.warning("%s: every late notice for %s landed late", self.name, key.name())
+
+    def _enqueue_once(self, record: Record, key: MsgKey, data: tuple[bytes, str]) -> MsgKey:
         """Marker first (If-None-Match), then the message: a retried enqueue finds the marker.
 
         A marker marked done means the message was handled: nothing to do. Otherwise the first
@@ -133,19 +169,20 @@ class Queue:
         """
         marker = self.keys.marker(record.id)
         token = new_token()
-        doc = {"v": 1, "token": token, "state": "pending", "key": key}
+        full = self.keys.msg_key(key)
+        doc = {"v": 1, "token": token, "state": "pending", "key": full}
         try:
             self.storage.put(marker, json.dumps(doc).encode(), if_none_match=True, token=token)
         except Conflict:
             obj = self.storage.get(marker)
             existing = json.loads(obj.body) if obj is not None else {}
             if existing.get("state") == "done":
-                return
-            key = existing.get("key", key)
-        try:
-            self._create(key, data)
-        except Conflict:
-            return  # the first enqueue's message is there
+                return key
+            full = existing.get("key", full)
+            key = self.keys.parse_msg(full) or key
+        with contextlib.suppress(Conflict):  # the first enqueue's message is there
+            self._create(full, data)
+        return key
 
 
 def _delay_ms(delay: float) -> int:

@@ -27,6 +27,8 @@ class Candidate:
     count: int = 1
     origin: str | None = None
     inbox: bool = False
+    target: str | None = None
+    """A late notice's target (a full key): not a message, never dispatched (producer.py)."""
 
 
 def msg_candidate(entry: Entry, name: str) -> Candidate:
@@ -34,6 +36,7 @@ def msg_candidate(entry: Entry, name: str) -> Candidate:
     key = parse_msg_name(name)
     if key is None:
         return Candidate(entry.key, entry.etag, entry.size, 0, 0)
+    target = key.target_key()
     return Candidate(
         entry.key,
         entry.etag,
@@ -43,6 +46,7 @@ def msg_candidate(entry: Entry, name: str) -> Candidate:
         key.group,
         key.count,
         key.origin,
+        target=entry.key[: len(entry.key) - len(name)] + target.name() if target else None,
     )
 
 
@@ -88,6 +92,8 @@ class Planner:
 
     def run(self, candidates: list[Candidate]) -> Plan:
         for candidate in candidates:
+            if candidate.target is not None:
+                continue  # a late notice: its target was fetched among the candidates
             if candidate.key in self.in_flight or candidate.origin in self.live_origins:
                 continue
             if candidate.group is None and candidate.ready_ms > self.now_ms:
