@@ -92,9 +92,10 @@ def test_heartbeats_keep_a_long_ticket_alive_and_save_finished_work() -> None:
     h.tick()
     h.work(Recorder(fail=slow))
     assert [f.fields["outcome"] for f in h.kinds("handler_finish")] == ["done"] * 5
-    redelivered = [e.fields for e in h.kinds("handler_start") if e.fields["attempt"] == 2]
-    # messages 0-2 finished and were recorded by a heartbeat: only 3 and 4 run again
-    assert sorted(f["message_id"] for f in redelivered) == sorted(ids[3:])
+    again = [e.fields for e in h.kinds("handler_start") if e.fields["redelivered"]]
+    # messages 0-2 finished and were recorded by a heartbeat: only 3 and 4 run again; 3 had
+    # started (the heartbeat before it noted it: attempt 2), 4 had not (still attempt 1)
+    assert [(f["message_id"], f["attempt"]) for f in again] == [(ids[3], 2), (ids[4], 1)]
     assert h.keys("msg/") == []
 
 
@@ -111,7 +112,7 @@ def test_repeated_lease_expiry_counts_toward_max_retries() -> None:
     h.work(handler)
     assert [m.attempt for m in handler.seen] == [1, 2, 3]
     [dead] = h.queue.dead_letters()
-    assert "lease expired 3 times" in dead["reason"]
+    assert "delivered 3 times" in dead["reason"] and "expired 3 of them" in dead["reason"]
 
 
 def test_two_coordinators_one_leader() -> None:
@@ -218,7 +219,7 @@ def test_time_short_commits_done_and_releases_the_rest_without_an_attempt() -> N
         h.queue.enqueue(i)
     h.queue.enqueue_many(range(6, 10))
     h.tick()
-    budget = iter([60_000, 60_000, 60_000, 1_000] + [0] * 20)
+    budget = iter([60_000, 60_000, 60_000, 60_000, 1_000] + [0] * 20)  # the claim asks too
     handler = Recorder()
     [work] = h.work(handler, remaining_ms=lambda: next(budget))
     assert work.status == "committed"
@@ -439,17 +440,22 @@ def test_a_message_that_kills_its_worker_does_not_use_up_its_batch_mates_retries
     for i in range(6, 9):
         h.queue.enqueue(f"m{i}")
     handler = Recorder(fail=lambda m: Crash() if m.body == "killer" else None)
-    for _ in range(4):  # max_retries + 1 deliveries, each killing its worker
+    # GIVEN a first delivery that dies in the killer, unnoted (no heartbeat was due before it
+    # started), then max_retries + 1 redeliveries that note each start and die in it too
+    for _ in range(5):
         h.tick()
         with pytest.raises(Crash):
             h.work(handler)
         h.clock.advance(VIS + h.coordination.skew_tolerance + 1)
-    h.drain(handler)  # the fifth delivery dead-letters it unrun; the others go on
+    h.drain(handler)  # the sixth delivery dead-letters it unrun; the others go on
     [dead] = h.queue.dead_letters()
-    assert dead["body"] == "killer" and "lease expired 4 times" in dead["reason"]
-    assert [m.attempt for m in handler.seen if m.body == "killer"] == [1, 2, 3, 4]
-    # the batch-mates after it never ran while it kept dying: only the first expiry counted
-    assert [m.attempt for m in handler.seen if m.body in ("m6", "m7", "m8")] == [2, 2, 2]
+    assert dead["body"] == "killer" and "expired 4 of them" in dead["reason"]
+    assert [m.attempt for m in handler.seen if m.body == "killer"] == [1, 1, 2, 3, 4]
+    # the batch-mates after it never ran while it kept dying: no delivery counted for them
+    late = [m for m in handler.seen if m.body in ("m6", "m7", "m8")]
+    assert [(m.attempt, m.redelivered) for m in late] == [(1, True)] * 3
+    # m0 was the claim's noted first message when the first delivery died: counted once
+    assert [m.attempt for m in handler.seen if m.body == "m0"] == [1, 2]
     assert {b for b in handler.bodies()} == {"killer"} | {f"m{i}" for i in range(9)}
 
 
@@ -489,4 +495,35 @@ def test_a_worker_frozen_past_its_lease_does_not_start_another_handler() -> None
     assert result.status == "lost"
     assert handler.bodies() == ["first"]  # "second" was never started on the lapsed lease
     h.work(Recorder())  # the redelivery runs both (first's outcome was not persisted)
+    assert h.keys("msg/") == []
+
+
+def test_lease_expiries_count_only_messages_that_started_never_their_packed_mates() -> None:
+    """Issue 9.4: repeated kills of a worker mid-way through one packed object dead-lettered
+    messages of that object that had never reached the handler ("delivered 5 times")."""
+    # GIVEN one packed object of 8 messages, and workers killed at their second handler start,
+    # six deliveries in a row (more than max_retries + 1)
+    h = Harness(settings=QueueSettings(visibility_timeout=VIS, max_retries=3, batch_size=10))
+    h.queue.enqueue_many([f"m{i}" for i in range(8)])
+    starts = [0]
+
+    def kill_second_start(m: Message) -> BaseException | None:
+        starts[0] += 1
+        return Crash() if starts[0] == 2 else None
+
+    handler = Recorder(fail=kill_second_start)
+    for _ in range(6):
+        starts[0] = 0
+        h.tick()
+        with pytest.raises(Crash):
+            h.work(handler)
+        h.clock.advance(VIS + h.coordination.skew_tolerance + 1)
+    # WHEN the kills stop
+    h.drain(Recorder())
+    # THEN nothing was dead-lettered; each message's attempts counted only its own starts
+    assert h.queue.dead_letters() == []
+    starts_of: dict[str, int] = {}
+    for m in handler.seen:
+        starts_of[m.body] = starts_of.get(m.body, 0) + 1
+        assert m.attempt <= starts_of[m.body], (m.body, m.attempt, starts_of[m.body])
     assert h.keys("msg/") == []

@@ -96,7 +96,6 @@ def work(app: Container, payload: dict[str, Any], context: LambdaContext) -> dic
     ticket = str(payload.get("ticket"))
     logger.append_keys(ticket=ticket)
     tracer.put_annotation("ticket", ticket)
-    app.listener.begin(payload)
     try:
         result: WorkResult = app.worker.process(
             payload, app.handler, remaining_ms=context.get_remaining_time_in_millis

@@ -11,8 +11,10 @@ Invariants (the ``invariant`` name of a `Violation`):
     duplicated              the bucket holds a message twice (twice pending, pending and dead...)
     phantom                 a handler ran a message nobody enqueued
     unexplained_duplicate   a handler ran again with no retry committed and no lease expiry
-    invisible_redelivery    a redelivered run did not see a higher attempt number
+    invisible_redelivery    a redelivered run saw neither a higher attempt nor `redelivered`
     attempt_accounting      an attempt rose by under its failures, or over failures + expiries
+    attempt_overcount       an attempt counted a delivery that never started the handler
+    dead_without_running    the delivery limit dead-lettered a message that ran too few times
     double_claim            two claims of one ticket generation
     two_valid_leases        a message claimed while another worker's lease on it was still valid
     fenced_live_ticket      a ticket that had been claimed was deleted as fenced
@@ -46,6 +48,7 @@ def check(entries: list[Entry], final: FinalState, expect: Expect) -> Report:
     report = Report()
     _check_outcomes(t, final, expect, report)
     reruns.check_runs(t, expect, report)
+    reruns.check_starts(t, final.dead, expect, report)
     _check_leases(t, expect, report)
     _check_dead_letters(t, final, expect, report)
     fifo.check(t, report)

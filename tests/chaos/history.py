@@ -244,6 +244,7 @@ class Oracle:
             owner=t.owner,
             lease_until=t.lease_until_ms,
             outcomes=[(o.id, o.kind) for o in t.outcomes],
+            running=t.running_id,
             **({"refs": [r.key for r in t.refs]} if created else {}),
         )
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+from typing import Any
 
 from s3queue.backoff import backoff_bound
 
@@ -68,14 +69,16 @@ def _check_rerun(t: Timeline, a: Run, b: Run, expect: Expect, report: Report) ->
         report.redeliveries.append(
             Redelivery(b.id, b.attempt, a.actor, *_why(t, a, expect.visibility_ms))
         )
-        if b.attempt <= a.attempt:
+        if b.attempt <= a.attempt and not b.start.get("redelivered"):
             report.add(
-                "invisible_redelivery", b.id, f"attempt {a.attempt} ran again as {b.attempt}"
+                "invisible_redelivery",
+                b.id,
+                f"attempt {a.attempt} ran again as {b.attempt}, not marked redelivered",
             )
-    # Each committed failure adds one. An expiry adds one to every message it may have
-    # interrupted: all unfinished ones of a first delivery, only the one recorded as running
-    # on a redelivered ticket (Ticket.expire) - so expiries give an upper bound; that a rerun
-    # is visible at all is `invisible_redelivery`'s check.
+    # Each committed failure adds one. An expiry adds one only to the message its ticket
+    # recorded as running (Ticket.expire) - so expiries give an upper bound; that no attempt
+    # counts a delivery that never started is `check_starts`'s; that a rerun is visible at
+    # all (a higher attempt, or `redelivered`) is `invisible_redelivery`'s.
     most = int(retried) + _counted_expiries(t, a, b)
     if not int(retried) <= b.attempt - a.attempt <= most:
         report.add(
@@ -150,3 +153,41 @@ def _check_backoff(run: Run, expect: Expect, report: Report) -> None:
     bound = backoff_bound(run.attempt, expect.backoff_base, expect.backoff_cap) * 1000
     if not 0 <= run.delay_ms <= bound + 1:
         report.add("backoff_bounds", run.id, f"attempt {run.attempt}: {run.delay_ms} ms > {bound}")
+
+
+def check_starts(t: Timeline, dead: list[dict[str, Any]], expect: Expect, report: Report) -> None:
+    """Attempts count only deliveries that started the handler (README guarantee 4).
+
+    A delivery is one generation of one ticket; it started the message if a handler run of it
+    began there, or if the ticket recorded it as running (the worker writes that just before
+    the call, with no I/O between). A run's attempt is at most 1 + the deliveries that started
+    it before (``attempt_overcount``), and a message dead-lettered by the delivery limit had
+    more than ``max_retries + 1`` of them (``dead_without_running``).
+    """
+    started: dict[str, list[tuple[int, tuple[str, int]]]] = {}
+    for run in t.runs:
+        if run.claim is not None:
+            started.setdefault(run.id, []).append((run.start.seq, (run.claim.ticket, run.gen)))
+    for (ticket, gen), writes in t.writes.items():
+        for w in writes:
+            if w.get("running"):
+                started.setdefault(str(w["running"]), []).append((w.seq, (ticket, gen)))
+    for run in t.runs:
+        before = {d for seq, d in started.get(run.id, []) if seq < run.start.seq}
+        before.discard((run.ticket or "", run.gen))
+        if run.attempt > len(before) + 1:
+            report.add(
+                "attempt_overcount",
+                run.id,
+                f"ran as attempt {run.attempt} after {len(before)} delivery(ies) that started it",
+            )
+    for letter in dead:
+        message_id, reason = str(letter["id"]), str(letter.get("reason", ""))
+        deliveries = {d for _, d in started.get(message_id, [])}
+        if reason.startswith("delivered ") and len(deliveries) <= expect.max_retries:
+            report.add(
+                "dead_without_running",
+                message_id,
+                f"dead-lettered by the delivery limit after {len(deliveries)} started "
+                f"delivery(ies) (max_retries {expect.max_retries}): {reason}",
+            )

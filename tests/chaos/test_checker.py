@@ -66,7 +66,8 @@ class Story:
     def run(
         self, worker: str, message_id: str, attempt: int, outcome: str = "done", **extra: Any
     ) -> Story:
-        self.add("handler_start", worker, message_id=message_id, attempt=attempt)
+        again = extra.pop("redelivered", False)
+        self.add("handler_start", worker, message_id=message_id, attempt=attempt, redelivered=again)
         self.now += extra.pop("took", 100)
         delay = extra.pop("delay_ms", 500 if outcome == "retry" else 0)
         return self.add(
@@ -176,7 +177,8 @@ def _fifo_redelivery_forgets_the_failure() -> Story:
     s.dispatch(10, "a", "b").claim(10, "w1").run("w1", "a", 1, "retry")
     s.add("heartbeat", "w1", ticket=ticket(10)).release(10, "w1", "b")
     s.add("crash", "w1", where="before put tickets")
-    s.at(100_000 + VIS + 5_000).expire(10, 1, "w1").claim(10, "w2", gen=1).run("w2", "b", 2)
+    s.at(100_000 + VIS + 5_000).expire(10, 1, "w1").claim(10, "w2", gen=1)
+    s.run("w2", "b", 1, redelivered=True)
     s.commit(10, "w2", ("a", "retry"), ("b", "done"))
     s.at(140_000).dispatch(11, "a").claim(11, "w1").run("w1", "a", 2)
     return s.commit(11, "w1", ("a", "done"))
@@ -227,6 +229,8 @@ CASES: dict[str, Mutation] = {
         final(),
     ),
     "attempt_accounting": lambda: (_replace_attempt(good(), "r", 2, 3), final()),
+    "attempt_overcount": lambda: (_replace_attempt(good(), "m", 1, 2), final()),
+    "dead_without_running": lambda: (_killed_before_starting(), final(dead=[dead_p(), _dead_k()])),
     "double_claim": lambda: (good().claim(0, "w9"), final()),
     "two_valid_leases": lambda: (
         Story()
@@ -259,6 +263,18 @@ def _replace_attempt(story: Story, message_id: str, old: int, new: int) -> Story
                 e.seq, e.true_ms, e.kind, e.actor, {**e.fields, "attempt": new}
             )
     return story
+
+
+def _killed_before_starting() -> Story:
+    """k's workers die twice before its handler starts; then the delivery limit takes it."""
+    s = good().enqueue("k").dispatch(20, "k").claim(20, "w1").add("crash", "w1", where="get")
+    s.at(200_000).expire(20, 1, "w1").claim(20, "w2", gen=1).add("crash", "w2", where="get")
+    return s.at(300_000).expire(20, 2, "w2").claim(20, "w3", gen=2).commit(20, "w3", ("k", "dead"))
+
+
+def _dead_k() -> dict[str, Any]:
+    why = "delivered 2 times (its handler started each time; the lease expired 2 of them)"
+    return {"id": "k", "attempts": 3, "reason": why, "errors": [{"attempt": 3}]}
 
 
 def _early_expiry() -> Story:

@@ -83,7 +83,7 @@ def apply_ticket(
     sources: list[str] = []
     for ref in ticket.refs:
         outcomes = by_ref.get(ref.key, [])
-        if not outcomes or _untouched(keys, ref, outcomes):
+        if not outcomes or _untouched(keys, ticket, ref, outcomes):
             continue
         loaded = loader(ref)
         if loaded is None:
@@ -96,9 +96,12 @@ def apply_ticket(
         storage.delete(keys.ticket(ticket.epoch, ticket.seq), if_match=etag)
 
 
-def _untouched(keys: QueueKeys, ref: Ref, outcomes: list[Outcome]) -> bool:
-    """A grouped message released as it was stays where it is, keeping its place in line."""
-    if ref.redeliveries or any(o.kind != "release" for o in outcomes):
+def _untouched(keys: QueueKeys, ticket: Ticket, ref: Ref, outcomes: list[Outcome]) -> bool:
+    """A grouped message released as it was stays where it is, keeping its place in line
+    (unless an expiry counted a delivery or may have run it: a copy records that)."""
+    if ref.redeliveries or ref.expiries or ticket.generation > 0:
+        return False
+    if any(o.kind != "release" for o in outcomes):
         return False
     source = keys.parse_msg(ref.key)
     return source is not None and source.group is not None
@@ -136,12 +139,13 @@ def _apply_ref(
     kinds = {o.id: o for o in outcomes}
     source = keys.parse_msg(ref.key)
     released: list[Record] = []
-    for record in records:
+    for index, record in enumerate(records):
         outcome = kinds.get(record.id)
-        delivered = record.attempt + ref.redeliveries
+        delivered = record.attempt + ref.counted(index)
         attempt = outcome.attempt if outcome is not None and outcome.attempt else delivered
         if outcome is None or outcome.kind == "release":
-            released.append(_with(record, attempt=delivered))
+            again = record.redelivered or ticket.generation > 0
+            released.append(_with(record, attempt=delivered, redelivered=again))
         elif outcome.kind == "retry":
             _put_retry(storage, keys, record, outcome, attempt, source, ticket)
         elif outcome.kind == "dead":

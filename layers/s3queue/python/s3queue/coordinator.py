@@ -272,7 +272,7 @@ class Coordinator:
         """Expired claim: CAS the ticket to a new generation, then invoke a worker again."""
         # Work on a copy: if the PUT fails, memory must still hold the ticket as it is in S3.
         ticket, owner = Ticket.decode(known.ticket.encode("")), known.ticket.owner
-        ticket.expire(now, {p.key: p.count for p in self._parsed(ticket)})
+        ticket.expire(now)
         token = new_token()
         try:
             etag = self.storage.put(key, ticket.encode(token), if_match=known.etag, token=token)

@@ -27,12 +27,16 @@ class Message:
     id: str
     body: Any
     attempt: int
-    """1 on first delivery; each retry and each lease expiry adds one."""
+    """1 + the deliveries of this message known to have started its handler: each failure
+    (retry), and each lease expiry while the ticket recorded it as running."""
     enqueued_at: datetime
     group: str | None
     queue: str
     idempotency_key: str
     """Stable across redeliveries and retries: ``<queue>:<id>``."""
+    redelivered: bool = False
+    """An earlier delivery's lease expired before this message's outcome was recorded: it may
+    have run already (whether or not `attempt` counted it)."""
 
 
 @dataclass(slots=True)
@@ -48,6 +52,8 @@ class Record:
     dedup: bool = False
     raw: bool = False
     """The body is bytes (stored base64)."""
+    redelivered: bool = False
+    """Released from a ticket whose lease had expired: it may have run (`Message.redelivered`)."""
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"id": self.id, "enqueued_ms": self.enqueued_ms}
@@ -63,6 +69,8 @@ class Record:
             out["errors"] = self.errors
         if self.dedup:
             out["dedup"] = True
+        if self.redelivered:
+            out["redelivered"] = True
         return out
 
     @classmethod
@@ -78,6 +86,7 @@ class Record:
             errors=list(data.get("errors", [])),
             dedup=bool(data.get("dedup", False)),
             raw=raw,
+            redelivered=bool(data.get("redelivered", False)),
         )
 
 
@@ -134,13 +143,29 @@ class Ref:
     etag: str
     size: int
     redeliveries: int = 0
+    """Lease expiries counted for every message of the ref (tickets of earlier versions)."""
+    expiries: dict[str, int] = field(default_factory=dict)
+    """A message's index in the object -> lease expiries while the ticket recorded it running."""
+
+    def counted(self, index: int) -> int:
+        """Deliveries of the ref's `index`-th message that started its handler and ended with
+        its lease (its outcome unrecorded)."""
+        return self.redeliveries + self.expiries.get(str(index), 0)
 
     def to_json(self) -> dict[str, Any]:
-        return {"key": self.key, "etag": self.etag, "size": self.size, "redel": self.redeliveries}
+        out: dict[str, Any] = {"key": self.key, "etag": self.etag, "size": self.size}
+        if self.redeliveries:
+            out["redel"] = self.redeliveries
+        if self.expiries:
+            out["expired"] = self.expiries
+        return out
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Ref:
-        return cls(data["key"], data["etag"], int(data["size"]), int(data.get("redel", 0)))
+        expiries = {str(k): int(v) for k, v in dict(data.get("expired", {})).items()}
+        return cls(
+            data["key"], data["etag"], int(data["size"]), int(data.get("redel", 0)), expiries
+        )
 
 
 @dataclass(slots=True)
@@ -195,7 +220,11 @@ class Ticket:
     lease_until_ms: int = 0
     committed_ms: int = 0
     running: str | None = None
-    """The ref whose message the holder started last, recorded on redelivered tickets."""
+    """The ref whose message the holder started last (see `expire`)."""
+    running_index: int = 0
+    """That message's index in the ref's object."""
+    running_id: str | None = None
+    """That message's id (None when the claim recorded the first message before reading it)."""
     outcomes: list[Outcome] = field(default_factory=list)
     history: list[dict[str, Any]] = field(default_factory=list)
 
@@ -213,6 +242,8 @@ class Ticket:
             "lease_until": self.lease_until_ms,
             "committed": self.committed_ms,
             "running": self.running,
+            "running_index": self.running_index,
+            "running_id": self.running_id,
             "refs": [r.to_json() for r in self.refs],
             "outcomes": [o.to_json() for o in self.outcomes],
             "history": self.history,
@@ -235,6 +266,8 @@ class Ticket:
                 lease_until_ms=int(doc.get("lease_until", 0)),
                 committed_ms=int(doc.get("committed", 0)),
                 running=doc.get("running"),
+                running_index=int(doc.get("running_index", 0)),
+                running_id=doc.get("running_id"),
                 outcomes=[Outcome.from_json(o) for o in doc.get("outcomes", [])],
                 history=list(doc.get("history", [])),
             )
@@ -253,24 +286,22 @@ class Ticket:
     def finished(self) -> set[tuple[str, str]]:
         return {(o.ref, o.id) for o in self.outcomes}
 
-    def expire(self, now_ms: int, counts: dict[str, int]) -> None:
+    def expire(self, now_ms: int) -> None:
         """An expired claim back to pending as a new generation (which fences the holder).
 
-        Which messages count one more delivery: when the holder recorded the message it was
-        running (it does on a redelivered ticket, see the worker), that message's ref alone, so
-        a message that keeps killing its worker does not use up its batch-mates' retries;
-        otherwise every ref with a message not finished yet. `counts` gives the number of
-        messages of a packed ref (1 when absent).
+        Only the message the ticket records as running counts one more delivery (if its
+        outcome was not recorded): it started its handler, and may have killed its worker. A
+        message whose handler never started is never counted, so a delivery limit never
+        dead-letters it. The worker records `running` before each start on a redelivered
+        ticket (one PUT each); on a first delivery the claim records the first message and
+        heartbeats the later ones, so a later start after the last heartbeat goes uncounted
+        (`Message.redelivered` still shows it).
         """
-        finished = self.finished()
-        unfinished = [
-            ref
-            for ref in self.refs
-            if sum(1 for r, _ in finished if r == ref.key) < counts.get(ref.key, 1)
-        ]
-        running = [ref for ref in unfinished if ref.key == self.running]
-        for ref in running or unfinished:
-            ref.redeliveries += 1
+        finished = (self.running, self.running_id) in self.finished()
+        for ref in self.refs:
+            if ref.key == self.running and not finished:
+                index = str(self.running_index)
+                ref.expiries[index] = ref.expiries.get(index, 0) + 1
         self.history.append(
             {
                 "event": "expired",
@@ -278,8 +309,9 @@ class Ticket:
                 "gen": self.generation,
                 "lease_until": self.lease_until_ms,
                 "at": now_ms,
+                "running": [self.running, self.running_index, self.running_id],
             }
         )
         self.state, self.owner, self.lease_until_ms = "pending", None, 0
-        self.running = None
+        self.running, self.running_index, self.running_id = None, 0, None
         self.generation += 1

@@ -182,7 +182,6 @@ class _Runtime:
             log.error("payload for unknown queue %r dropped", name)
             return
         context = LocalContext(spec.settings.timeout, self.stop)
-        self.tally.begin(payload)
         try:
             worker.process(payload, spec.handler, remaining_ms=context.get_remaining_time_in_millis)
         except Exception:  # like a crashed Lambda: logged, counted, then redelivered by the lease

@@ -4,9 +4,8 @@ Lambda's metrics count the same things the same way."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal
 
 from s3queue import metric_names
 from s3queue.events import Event
@@ -37,31 +36,21 @@ class QueueTally:
     retried: int = 0
     dead_lettered: int = 0
     redelivered: int = 0
-    """Deliveries after a lease expired."""
+    """Handler runs of messages whose earlier delivery's lease expired (`Message.redelivered`)."""
 
 
 class Tally:
-    """Counts outcomes per queue from worker events; thread-safe.
-
-    A worker thread calls `begin` with its ticket payload before processing it: a message counts
-    as redelivered when its ticket ref says a lease on it expired before (``redel`` > 0).
-    """
+    """Counts outcomes per queue from worker events; thread-safe."""
 
     def __init__(self, queue_names: list[str]) -> None:
         self.queues = {name: QueueTally() for name in queue_names}
         self._lock = threading.Lock()
-        self._local = threading.local()
-
-    def begin(self, payload: Mapping[str, Any]) -> None:
-        refs = (payload.get("doc") or {}).get("refs", [])
-        self._local.redelivered = {r["key"] for r in refs if r.get("redel")}
 
     def classify(self, event: Event) -> tuple[Counter, ...]:
         """The counters one event adds one to."""
         fields = event.fields
         if event.kind == "handler_start":
-            redelivered = fields.get("ref") in getattr(self._local, "redelivered", ())
-            return ("redelivered",) if redelivered else ()
+            return ("redelivered",) if fields.get("redelivered") else ()
         if event.kind != "handler_finish":
             return ()
         outcome = str(fields.get("outcome"))

@@ -86,16 +86,9 @@ class _Claim:
         )
 
     def record(self, outcome: Outcome) -> None:
-        """Add an outcome; heartbeat (persisting it) once a third of the lease has passed."""
+        """Add an outcome; the next heartbeat (due before the next start) or the commit saves it."""
         with self.lock:
             self.ticket.outcomes.append(outcome)
-        if self.worker.clock.now_ms() >= self.next_beat_ms:
-            try:
-                self.beat()
-            except StorageError as exc:  # the lease may still hold: the commit will tell
-                self.worker.emit(
-                    "heartbeat_failed", self.worker.clock.now_ms(), ticket=self.key, error=str(exc)
-                )
 
 
 class Worker:
@@ -147,7 +140,7 @@ class Worker:
             status: Status = "deferred" if verdict is None else "rejected"
             self.emit("reject", self.clock.now_ms(), ticket=key, status=status)
             return WorkResult(key, status)
-        claim = self._claim(key, ticket, etag)
+        claim = self._claim(key, ticket, etag, remaining_ms)
         if isinstance(claim, WorkResult):
             return claim
         try:
@@ -175,7 +168,10 @@ class Worker:
         obj = self.storage.get(key)
         return None if obj is None else (Ticket.decode(obj.body), obj.etag)
 
-    def _claim(self, key: str, ticket: Ticket, etag: str) -> _Claim | WorkResult:
+    def _claim(
+        self, key: str, ticket: Ticket, etag: str, remaining_ms: Callable[[], int] | None
+    ) -> _Claim | WorkResult:
+        preloaded: dict[str, Loaded | None] = {}
         for _ in range(2):  # a second try when the ticket was reaped into a new generation
             if ticket.state == "committed":
                 apply_ticket(self.storage, self.keys, ticket, etag, self._loader(None))
@@ -184,7 +180,9 @@ class Worker:
             if ticket.state == "claimed":
                 return WorkResult(key, "busy")
             ticket.state, ticket.owner = "claimed", self.owner
+            self._note_first(ticket, preloaded, remaining_ms)
             claim = _Claim(self, key, ticket, etag)
+            claim.loaded.update(preloaded)
             try:
                 claim.write()
             except LeaseLost:
@@ -203,6 +201,29 @@ class Worker:
             return claim
         self.emit("lost_race", self.clock.now_ms(), ticket=key, op="claim")
         return WorkResult(key, "busy")
+
+    def _note_first(
+        self,
+        ticket: Ticket,
+        preloaded: dict[str, Loaded | None],
+        remaining_ms: Callable[[], int] | None,
+    ) -> None:
+        """On a first delivery, read the first object before the claim, so that the claim can
+        record its first message as running (it starts next, with no I/O between): a lease
+        expiry then counts that delivery for it alone (Ticket.expire), at no extra request."""
+        if ticket.generation > 0 or not ticket.refs:
+            return
+        if remaining_ms is not None and remaining_ms() < self.time_margin_ms:
+            return  # it will be released, not started
+        ref = ticket.refs[0]
+        if ref.key not in preloaded:
+            preloaded[ref.key] = load_ref(
+                self.storage, self.keys, ref, self.settings.max_message_bytes
+            )
+        first = preloaded[ref.key]
+        if first is not None and first.records and first.error is None:
+            ticket.running, ticket.running_index = ref.key, 0
+            ticket.running_id = first.records[0].id
 
     def _loader(self, claim: _Claim | None) -> Callable[[Ref], Loaded | None]:
         cache: dict[str, Loaded | None] = claim.loaded if claim else {}
@@ -236,7 +257,7 @@ class Worker:
         loaded = claim.loaded
         recorded = {(o.ref, o.id): o.kind for o in claim.ticket.outcomes}
         failed_groups: set[str] = set()
-        for ref, record, error in self._messages(claim, loaded):
+        for ref, index, record, error in self._messages(claim, loaded):
             if (ref.key, record.id) in recorded:
                 # Recorded by an earlier delivery's heartbeat: a group whose message failed
                 # there stays failed here, or the next one would overtake its retry.
@@ -249,34 +270,38 @@ class Worker:
             if record.group is not None and record.group in failed_groups:
                 self._release(claim, ref, record, "earlier message of its group failed")
                 continue
-            self._before_start(claim, ref)
-            outcome = self._handle(handler, ref, record, error)
+            self._before_start(claim, ref, index, record)
+            outcome = self._handle(handler, ref, index, record, error, claim.ticket.generation > 0)
             if outcome.kind == "retry" and record.group is not None:
                 failed_groups.add(record.group)
             claim.record(outcome)
 
-    def _before_start(self, claim: _Claim, ref: Ref) -> None:
+    def _before_start(self, claim: _Claim, ref: Ref, index: int, record: Record) -> None:
         """Never start a handler on a lapsed lease: renew first if a heartbeat is overdue (a
-        worker that was frozen finds out here that it was reaped). On a redelivered ticket,
-        also record which message starts (one PUT each), so that if it kills this worker too,
-        only its own delivery count grows (Ticket.expire)."""
-        overdue = self.clock.now_ms() >= claim.next_beat_ms
-        if claim.ticket.generation > 0 and claim.ticket.running != ref.key:
-            claim.ticket.running = ref.key
-            claim.beat()
-        elif overdue:
+        worker that was frozen finds out here that it was reaped); that heartbeat saves the
+        outcomes so far and notes which message starts, so a lease expiry counts a delivery
+        for it and for no other message (Ticket.expire). On a redelivered ticket, where a
+        worker-killing message is likely, note it before every start (one PUT each)."""
+        ticket = claim.ticket
+        noted = ticket.running == ref.key and ticket.running_index == index
+        with claim.lock:
+            ticket.running, ticket.running_index, ticket.running_id = ref.key, index, record.id
+        if (ticket.generation > 0 and not noted) or self.clock.now_ms() >= claim.next_beat_ms:
             claim.beat()
 
     def _messages(
         self, claim: _Claim, loaded: dict[str, Loaded | None]
-    ) -> Iterator[tuple[Ref, Record, str | None]]:
+    ) -> Iterator[tuple[Ref, int, Record, str | None]]:
         for ref in claim.ticket.refs:
-            result = load_ref(self.storage, self.keys, ref, self.settings.max_message_bytes)
-            loaded[ref.key] = result
+            if ref.key in loaded:
+                result = loaded[ref.key]  # read before the claim (_note_first)
+            else:
+                result = load_ref(self.storage, self.keys, ref, self.settings.max_message_bytes)
+                loaded[ref.key] = result
             if result is None:
                 continue
-            for record in result.records:
-                yield ref, record, result.error
+            for index, record in enumerate(result.records):
+                yield ref, index, record, result.error
 
     def _release(self, claim: _Claim, ref: Ref, record: Record, why: str) -> None:
         now = self.clock.now_ms()
@@ -284,13 +309,25 @@ class Worker:
         with claim.lock:
             claim.ticket.outcomes.append(Outcome(ref.key, record.id, "release", now, why))
 
-    def _handle(self, handler: Handler, ref: Ref, record: Record, error: str | None) -> Outcome:
-        attempt = record.attempt + ref.redeliveries
+    def _handle(
+        self,
+        handler: Handler,
+        ref: Ref,
+        index: int,
+        record: Record,
+        error: str | None,
+        redelivered: bool,
+    ) -> Outcome:
+        attempt = record.attempt + ref.counted(index)
         now = self.clock.now_ms()
         if error is not None:
             return self._outcome(ref, record, "dead", f"MalformedMessage: {error}", attempt)
         if attempt > self.settings.max_retries + 1:
-            why = f"delivered {attempt} times (lease expired {ref.redeliveries} times)"
+            expired = ref.counted(index)
+            why = (
+                f"delivered {attempt - 1} times (its handler started each time; the lease "
+                f"expired {expired} of them while it ran)"
+            )
             return self._outcome(ref, record, "dead", why, attempt)
         if record.dedup and self._already_done(record.id):
             # Put again by a repeated enqueue after it was handled: retire it, run nothing.
@@ -304,8 +341,16 @@ class Worker:
             record.group,
             self.keys.queue,
             f"{self.keys.queue}:{record.id}",
+            redelivered or record.redelivered,
         )
-        self.emit("handler_start", now, message_id=record.id, attempt=attempt, ref=ref.key)
+        self.emit(
+            "handler_start",
+            now,
+            message_id=record.id,
+            attempt=attempt,
+            ref=ref.key,
+            redelivered=message.redelivered,
+        )
         started = time.perf_counter()
         try:
             handler(message)
