@@ -50,7 +50,13 @@ REAL_SETTINGS = QueueSettings(
 )
 """Queue settings of a run on the wall clock: short leases, so that recovery is quick."""
 REAL_COORDINATION = CoordinatorSettings(
-    lease_ttl=6, skew_tolerance=1, dispatch_timeout=4, sweep_interval=8, straggler_margin=1
+    # straggler_margin: a grouped PUT may land LANDING_MS (0.5 s) late without a late notice,
+    # and producer and coordinator clocks differ by up to skew_ms (0.8 s) here
+    lease_ttl=6,
+    skew_tolerance=1,
+    dispatch_timeout=4,
+    sweep_interval=8,
+    straggler_margin=1.5,
 )
 REAL_SERVING = ServeSettings(
     busy_interval=0.2,

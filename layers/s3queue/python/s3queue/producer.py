@@ -30,9 +30,9 @@ from s3queue.storage.base import Storage, new_token
 
 _log = logging.getLogger(__name__)
 
-LANDING_MS = 1000
+LANDING_MS = 500
 """A grouped PUT that took longer than this gets a late notice; the coordinator's
-`straggler_margin` must exceed it by the producers' clock skew."""
+`straggler_margin` (2 s) must exceed it by the producers' clock skew (so 1.5 s by default)."""
 MAX_NOTICES = 10
 PACK_BYTES = 4 * 1024 * 1024
 """`enqueue_many` starts a new object past this size."""
