@@ -237,6 +237,37 @@ class TestLostResponses:
         head = store.head("k")
         assert head is not None and (head.etag, head.token) == (etag, token)
 
+    @pytest.mark.parametrize(("status", "code"), [(503, "SlowDown"), (500, "InternalError")])
+    def test_a_lost_create_is_confirmed_by_a_head_and_never_resent(
+        self, seaweed: EmbeddedS3, bucket: str, injector: Inject, status: int, code: str
+    ) -> None:
+        """Issue 9.1: the SDK resent a create whose first attempt had applied; the message had
+        been handled and deleted meanwhile, so the resend created it again (a second run).
+        Now nothing resends a create before a HEAD has shown that it did not apply."""
+        # GIVEN botocore's own retries on, as in production, and a create whose response is lost
+        client = seaweed.make_client()
+        store = S3Storage(client, bucket, sleep=lambda _: None)
+        sent: list[str] = []
+        client.meta.events.register(
+            "before-send.s3", lambda event_name, **_: sent.append(event_name.rsplit(".", 1)[-1])
+        )
+        injector(client, "PutObject", status, code, forward=True)
+        token = new_token()
+        # WHEN it is put
+        etag = store.put("k", b"x", if_none_match=True, token=token)
+        # THEN its own write is recognised by a HEAD at once; the PUT was sent exactly once
+        assert sent == ["PutObject", "HeadObject"]
+        head = store.head("k")
+        assert head is not None and (head.etag, head.token) == (etag, token)
+
+    def test_a_create_that_did_not_apply_is_resent_after_the_head(
+        self, store: S3Storage, client: Any, injector: Inject
+    ) -> None:
+        injector(client, "PutObject", 503, "SlowDown")  # refused before it applied
+        token = new_token()
+        etag = store.put("k", b"x", if_none_match=True, token=token)
+        assert (head := store.head("k")) is not None and (head.etag, head.token) == (etag, token)
+
     def test_lost_swap_is_recognised_by_its_token(
         self, store: S3Storage, client: Any, injector: Inject
     ) -> None:

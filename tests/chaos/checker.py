@@ -92,8 +92,11 @@ def _check_once(
     for entry, _ in t.commits:
         for message_id, kind in entry["outcomes"]:
             terminal[message_id] = terminal.get(message_id, 0) + (kind in tl.TERMINAL)
+    first_run = {run.id: run.start.seq for run in reversed(t.runs)}
     for message_id, count in terminal.items():
-        if count > 1:
+        first = first_run.get(message_id)
+        resent = first is not None and reruns.handled_before_acked(t, message_id, first)
+        if count > 1 + resent:  # a resent enqueue is a second message to complete
             report.add("committed_twice", message_id, f"{count} terminal outcomes committed")
     # Mid-run, an apply in progress holds a message twice (copy written, source not yet gone).
     for message_id, copies in final.pending_ids().items() if expect.drained else ():
@@ -128,8 +131,12 @@ def _check_leases(t: Timeline, expect: Expect, report: Report) -> None:
 
 def _check_expiry(claim: tl.Claim, expire: Entry, expect: Expect, report: Report) -> None:
     # No skew slack: reaping waits for lease_until + skew_tolerance on the reaper's clock,
-    # which absorbs any skew within the tolerance.
+    # which absorbs any skew within the tolerance. The lease counts from when its holder
+    # computed lease_until (known from S3's copy of the write), not from when the PUT
+    # returned: on a loaded machine or under SDK retries that can be seconds later.
     held = expire.true_ms - claim.renewed_ms
+    if claim.lease_until_ms is not None:
+        held = max(held, expire.true_ms - (claim.lease_until_ms - expect.visibility_ms))
     if held < expect.visibility_ms - expect.slack_ms:
         report.add(
             "early_redelivery",

@@ -54,9 +54,22 @@ def check_runs(t: Timeline, expect: Expect, report: Report) -> None:
             _check_backoff(run, expect, report)
 
 
+def handled_before_acked(t: Timeline, message_id: str, seq: int) -> bool:
+    """A run at `seq` started before the message's enqueue returned: an earlier attempt of that
+    PUT had applied while the producer still waited. If S3 kept failing until the message was
+    handled and deleted, S3Storage's resend (after a HEAD that found nothing) created it again:
+    an enqueue without an id is at-least-once there (README, guarantee 3)."""
+    acked = t.acked.get(message_id)
+    return acked is not None and seq < acked.seq
+
+
 def _check_rerun(t: Timeline, a: Run, b: Run, expect: Expect, report: Report) -> None:
     retried = a.outcome == "retry" and a.committed
     expired = _expired(t, a, b)
+    if not (retried or expired) and handled_before_acked(t, a.id, a.start.seq):
+        why = "its enqueue's PUT was resent after its first write had been handled"
+        report.redeliveries.append(Redelivery(b.id, b.attempt, a.actor, why))
+        return
     if not (retried or expired):
         report.add(
             "unexplained_duplicate",

@@ -361,3 +361,24 @@ def test_a_renewal_frozen_on_its_way_counts_from_when_it_was_sent() -> None:
     # THEN it is not an early redelivery (measured from the write's arrival it would be)
     report = check(s.entries, FinalState(), dataclasses.replace(EXPECT, poison=frozenset()))
     assert report.ok, report.summary()
+
+
+def test_a_message_handled_before_its_enqueue_returned_may_run_twice() -> None:
+    """A producer's PUT applied, its answer was lost, and S3 failed the HEAD that would have
+    recognised it until the message had been handled and deleted: the resend created it again.
+    That second run is explained (an enqueue without an id is at-least-once there); the same
+    second run of a message handled after its enqueue returned is not."""
+    s = Story().add("fault", "s3", fault="lost_response", op="PutObject", key=key("x"))
+    s.dispatch(0, "x").claim(0, "w1").run("w1", "x", 1).commit(0, "w1", ("x", "done"))
+    s.enqueue("x").dispatch(1, "x").claim(1, "w2").run("w2", "x", 1)
+    s.commit(1, "w2", ("x", "done"))
+    report = check(s.entries, FinalState(), dataclasses.replace(EXPECT, poison=frozenset()))
+    assert report.ok, report.summary()
+    assert [r.reason for r in report.redeliveries] == [
+        "its enqueue's PUT was resent after its first write had been handled"
+    ]
+    late = Story().enqueue("x")
+    late.dispatch(0, "x").claim(0, "w1").run("w1", "x", 1).commit(0, "w1", ("x", "done"))
+    late.dispatch(1, "x").claim(1, "w2").run("w2", "x", 1).commit(1, "w2", ("x", "done"))
+    flagged = check(late.entries, FinalState(), dataclasses.replace(EXPECT, poison=frozenset()))
+    assert {"committed_twice", "unexplained_duplicate"} <= flagged.invariants()

@@ -25,6 +25,10 @@ class Claim:
     actor: str
     entry: Entry
     renewed_ms: int
+    lease_until_ms: int | None = None
+    """The lease_until of the holder's last write that S3 applied, in true time (less the
+    holder's clock offset). The holder computed it when it sent that PUT, so the lease counts
+    from then, however long the PUT then took (SDK retries, latency, a stalled CPU)."""
     commit: Entry | None = None
     lost: Entry | None = None
     """lease_lost: a heartbeat or the commit found the ticket changed or gone."""
@@ -57,6 +61,8 @@ class Run:
 
 @dataclass
 class Timeline:
+    offsets: dict[str, int] = field(default_factory=dict)
+    """Actor -> its clock minus the reference clock (from its first event with ``at_ms``)."""
     acked: dict[str, Entry] = field(default_factory=dict)
     """Message id -> the enqueue (or put_foreign) that acknowledged it."""
     objects: dict[str, list[str]] = field(default_factory=dict)
@@ -127,6 +133,8 @@ def build(entries: Iterable[Entry]) -> Timeline:
     """
     t = Timeline()
     for e in entries:
+        if "at_ms" in e.fields and e.actor not in t.offsets:
+            t.offsets[e.actor] = int(e["at_ms"]) - e.true_ms
         handler = _READERS.get(e.kind)
         if handler is not None:
             handler(t, e)
@@ -149,6 +157,8 @@ def _from_oracle(t: Timeline) -> None:
         for w in writes:
             if claim is not None and w["state"] in ("claimed", "committed"):
                 claim.renewed_ms = _sent_ms(frozen.get(claim.actor, []), w, previous)
+                if w.get("lease_until") and claim.actor in t.offsets:
+                    claim.lease_until_ms = int(w["lease_until"]) - t.offsets[claim.actor]
             previous = w.seq
             if w["state"] == "committed":
                 if claim is not None:

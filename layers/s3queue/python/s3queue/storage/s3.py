@@ -12,6 +12,17 @@ connections. Retrying a conditional write is safe because each write carries its
                       <- response lost (timeout, 503 from a proxy, reset)
     PUT If-Match: e1  token=t -> 412: e1 is gone
     HEAD              -> token t: the 412 is our own write; return e2, not Conflict
+
+A create (`If-None-Match: *`) needs more: a resend after its object was consumed and deleted
+would create the message again. So the SDK never resends one of our creates
+(`_no_blind_resend`), and after a failure that may have applied, `put` asks first (HEAD, at
+once, before any backoff) and resends only if the object is not there:
+
+    producer                      S3                          workers
+    PUT If-None-Match token=t  -> applied
+                               <- response lost
+    HEAD                       -> token t: done, return        (consume, delete: too late to
+                                                                 be created again)
 """
 
 from __future__ import annotations
@@ -128,6 +139,9 @@ class S3Storage:
         self._max_delay = max_delay
         self._sleep = sleep
         self._rng = rng or random.Random()
+        client.meta.events.register_first(
+            "needs-retry.s3.PutObject", _no_blind_resend, unique_id="s3queue-create-once"
+        )
 
     def get(self, key: str) -> Object | None:
         def fetch() -> Object:
@@ -165,7 +179,7 @@ class S3Storage:
         if token is not None:
             params["Metadata"] = {TOKEN_METADATA: token}
         try:
-            return _etag(self._put(key, params))
+            return _etag(self._put(key, params, token if if_none_match else None))
         except Conflict:
             # Our own earlier attempt may have applied (see the module docstring), or a 409
             # left everything as it was: only a failed condition is a Conflict.
@@ -173,9 +187,20 @@ class S3Storage:
                 self, key, token=token, if_match=if_match, if_none_match=if_none_match
             )
 
-    def _put(self, key: str, params: dict[str, Any]) -> dict[str, Any]:
+    def _put(self, key: str, params: dict[str, Any], create_token: str | None) -> dict[str, Any]:
+        def mine() -> dict[str, Any] | None:
+            """Our create applied after all (its response was lost): its ETag, before a resend."""
+            head = self.head(key)
+            return {"ETag": head.etag} if head is not None and head.token == create_token else None
+
+        call = self._client.put_object
         try:
-            return self._call("put_object", key, **params)
+            return self._run(
+                "PutObject",
+                key,
+                lambda: call(Bucket=self.bucket, **params),
+                recheck=mine if create_token is not None else None,
+            )
         except _Missing as exc:
             # AWS answers 404 NoSuchKey to If-Match on a missing key: the condition failed.
             raise Conflict(f"{key} is gone") from exc
@@ -240,8 +265,16 @@ class S3Storage:
         )
         return result
 
-    def _run(self, operation: str, key: str | None, call: Callable[[], T]) -> T:
-        """Run `call`, retrying transient failures; raise only `s3queue.errors`."""
+    def _run(
+        self,
+        operation: str,
+        key: str | None,
+        call: Callable[[], T],
+        *,
+        recheck: Callable[[], T | None] | None = None,
+    ) -> T:
+        """Run `call`, retrying transient failures; raise only `s3queue.errors`. `recheck`, after
+        a failure and before a retry, may return the result instead (the call had applied)."""
         attempt = 0
         while True:
             try:
@@ -249,7 +282,12 @@ class S3Storage:
             except (ClientError, BotoCoreError) as exc:
                 error, transient = self._translate(exc, operation, key)
                 attempt += 1
-                if not transient or attempt >= self._attempts:
+                if not transient:
+                    raise error from exc
+                found = recheck() if recheck is not None else None
+                if found is not None:
+                    return found
+                if attempt >= self._attempts:
                     raise error from exc
                 log.debug("%s %s: attempt %d failed, retrying: %s", operation, key, attempt, exc)
             self._sleep(self._backoff(attempt))
@@ -304,6 +342,15 @@ def _from_client_error(exc: ClientError, where: str, bucket: str) -> tuple[S3Que
     transient = code in _TRANSIENT_CODES or status == 429 or status >= 500
     message = str(error.get("Message", "")).replace("\n", " ")
     return StorageError(f"{where} failed: {code} {message} (HTTP {status})"), transient
+
+
+def _no_blind_resend(request_dict: dict[str, Any] | None = None, **_: Any) -> bool | None:
+    """botocore's retry hook: False (never resend) for our creates, which `put` retries itself
+    once it has checked that the first attempt did not apply; None (no opinion) otherwise."""
+    headers = (request_dict or {}).get("headers", {})
+    if headers.get("If-None-Match") == "*" and f"x-amz-meta-{TOKEN_METADATA}" in headers:
+        return False
+    return None
 
 
 def _unquote(etag: str) -> str:
