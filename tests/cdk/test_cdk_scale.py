@@ -8,11 +8,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from aws_cdk import App, assertions
+from aws_cdk import App, Duration, RemovalPolicy, Stack, assertions
 from aws_cdk import aws_iam as iam
+from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_s3 as s3
 from cdk_support import CDK_CONTEXT, Synth, render, synth
 from s3queue.config import ConfigError
 from s3queue_cdk.app import build
+from s3queue_cdk.functions import QueueFunction, environment_size
+from s3queue_cdk.permissions import grant_enqueue
 from s3queue_cdk.stack import FUNCTIONS_DIR, MAX_QUEUES
 
 pytestmark = pytest.mark.cdk
@@ -121,3 +125,33 @@ def test_grant_enqueue_to_another_account_writes_bucket_and_key_policies() -> No
     assert key_grant["Condition"] == {
         "StringEquals": {"kms:ViaService": "s3.<AWS::Region>.amazonaws.com"}
     }
+
+
+def test_grant_enqueue_fails_loudly_when_no_policy_can_be_written() -> None:
+    # GIVEN a bucket imported from elsewhere: its policy is not this app's to write
+    stack = Stack(App(), "Elsewhere")
+    bucket = s3.Bucket.from_bucket_name(stack, "Imported", "someone-elses-bucket")
+    partner = iam.AccountPrincipal("111122223333")
+    with pytest.raises(ConfigError, match="bucket's policy cannot be written"):
+        grant_enqueue(partner, bucket=bucket, prefix="s3queue", queue="send_email", key=None)
+
+
+def test_an_environment_over_4_kb_fails_the_synth_naming_the_function() -> None:
+    stack = Stack(App(), "Big")
+    assert environment_size({"A": "x" * 10}) == 11
+    assert environment_size({"B": stack.region}) == 1 + len(stack.region) + 63
+    with pytest.raises(ConfigError, match=r"big function: .* over Lambda's 4096"):
+        QueueFunction(
+            stack,
+            "Big",
+            code=lambda_.Code.from_inline("def handler(e, c): pass"),
+            handler="index.handler",
+            description="big function",
+            layers=[],
+            environment={"S3QUEUE_QUEUES": "x" * 4096},
+            timeout=Duration.seconds(10),
+            memory=128,
+            reserved_concurrency=None,
+            max_event_age=Duration.minutes(1),
+            removal_policy=RemovalPolicy.DESTROY,
+        )
