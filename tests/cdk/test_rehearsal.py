@@ -24,7 +24,8 @@ from typing import Any
 import pytest
 from aws_cdk import App
 from cdk_support import CDK_CONTEXT
-from rehearsal import ACCOUNT, REGION, Deployment, LambdaService, allowed, emf_values, requests_of
+from lambda_service import LambdaService
+from rehearsal import ACCOUNT, REGION, Deployment, allowed, emf_values, requests_of
 from s3queue import Queue, metric_names
 from s3queue_cdk.app import build
 
