@@ -22,6 +22,12 @@ test: install lint
 unit: install
 	$(PY) -m pytest -q -m "not s3 and not cdk and not chaos"
 
+## make rehearsal: synthesize the stack and run its Lambdas as the service would, on SeaweedFS
+## (part of make test; see docs/deployment.md)
+.PHONY: rehearsal
+rehearsal: install
+	$(PY) -m pytest -q -p no:cacheprovider -m rehearsal
+
 lint: install
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .

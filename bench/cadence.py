@@ -18,7 +18,6 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import io
-import json
 import logging
 import os
 import sys
@@ -105,11 +104,11 @@ def idle_invocation(target: Target, queues: int, invocations: int = 3) -> dict[s
 
 def _lambda_env(target: Target, space: Space, queues: list[str]) -> dict[str, str]:
     """The coordinator function's environment, as the CDK stack sets it, for `queues`."""
-    spec = {name: {"function": f"S3Queue-worker-{name}"} for name in queues}
+    spec = config.QueueMap(functions={name: f"S3Queue_{name}" for name in queues})
     env = {
         config.ENV_BUCKET: space.bucket,
         config.ENV_PREFIX: space.prefix,
-        config.ENV_QUEUES: json.dumps(spec),
+        config.ENV_QUEUES: spec.encode(),
         config.ENV_ENDPOINT_URL: target.endpoint_url,
         "AWS_DEFAULT_REGION": "us-east-1",
         "POWERTOOLS_TRACE_DISABLED": "true",

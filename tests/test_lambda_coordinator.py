@@ -21,7 +21,7 @@ from lambda_support import (
 )
 from moto.awslambda_simple.models import LambdaSimpleBackend
 from s3queue.clock import FakeClock, SystemClock
-from s3queue.config import ConfigError, QueueSettings
+from s3queue.config import ConfigError, QueueMap, QueueSettings
 from s3queue.coordinator import Coordinator
 from s3queue.invoke import InvokeFailed, LambdaInvoker
 from s3queue.lease import read_lease
@@ -78,9 +78,12 @@ def coordinator_app(
     clock: FakeClock,
     counters: list[RequestCounter],
 ) -> Iterator[ModuleType]:
-    queues = {q: {"function": f, "settings": SETTINGS[q]} for q, f in FUNCTIONS.items()}
+    queues = QueueMap(
+        functions=FUNCTIONS,
+        settings={q: QueueSettings.from_mapping(SETTINGS[q]) for q in FUNCTIONS},
+    )
     monkeypatch.setenv("S3QUEUE_BUCKET", BUCKET)
-    monkeypatch.setenv("S3QUEUE_QUEUES", json.dumps(queues))
+    monkeypatch.setenv("S3QUEUE_QUEUES", queues.encode())
     app = load_coordinator_app()
 
     def counted_client(*args: Any, **kwargs: Any) -> Any:
@@ -220,7 +223,7 @@ def test_configuration_errors_fail_the_invocation(
     with pytest.raises(ConfigError, match="S3QUEUE_QUEUES is empty"):
         coordinator_app.handler(scheduled_event(), context(clock))
     monkeypatch.setenv("S3QUEUE_QUEUES", json.dumps({"send_email": {"settings": {}}}))
-    with pytest.raises(ConfigError, match="function name"):
+    with pytest.raises(ConfigError, match="S3QUEUE_QUEUES: unknown version None"):
         coordinator_app.handler(scheduled_event(), context(clock))
     monkeypatch.delenv("S3QUEUE_BUCKET")
     with pytest.raises(ConfigError, match="S3QUEUE_BUCKET is not set"):

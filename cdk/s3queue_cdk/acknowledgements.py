@@ -14,9 +14,11 @@ def acknowledge(scope: IConstruct, finding: str, reason: str) -> None:
 
 
 def arn_reference(scope: IConstruct, arn: str) -> str:
-    """How cdk-nag prints an ARN token in a finding: ``<LogicalId.Arn>`` for a ``Fn::GetAtt``."""
+    """How cdk-nag prints an ARN token: ``<Id.Arn>`` for ``Fn::GetAtt``, ``<Id>`` for ``Ref``."""
     resolved = Stack.of(scope).resolve(arn)
     if isinstance(resolved, dict) and "Fn::GetAtt" in resolved:
         logical_id, attribute = resolved["Fn::GetAtt"]
         return f"<{logical_id}.{attribute}>"
+    if isinstance(resolved, dict) and "Ref" in resolved:
+        return f"<{resolved['Ref']}>"
     return str(resolved)

@@ -5,16 +5,16 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from aws_cdk import Duration, RemovalPolicy, Stack
+from aws_cdk import Duration, RemovalPolicy
 from aws_cdk import aws_events as events
 from aws_cdk import aws_events_targets as targets
+from aws_cdk import aws_kms as kms
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_s3 as s3
 from constructs import Construct
-from s3queue.config import ENV_BUCKET, ENV_PREFIX, ENV_QUEUES
+from s3queue.config import ENV_BUCKET, ENV_PREFIX, ENV_QUEUES, QueueMap, QueueSettings
 
 from s3queue_cdk.functions import QueueFunction
-from s3queue_cdk.workers import Worker
 
 HANDLER = "app.handler"
 TIMEOUT = Duration.seconds(70)
@@ -44,20 +44,18 @@ class Coordinator(Construct):
         layers: Sequence[lambda_.ILayerVersion],
         bucket: s3.IBucket,
         prefix: str,
-        workers: Mapping[str, Worker],
+        workers: Mapping[str, tuple[str, QueueSettings]],
         schedule: str,
         low_latency: bool,
         reserve_concurrency: bool,
         removal_policy: RemovalPolicy,
+        encryption_key: kms.IKey | None = None,
     ) -> None:
         super().__init__(scope, construct_id)
-        queues = {
-            queue: {
-                "function": worker.function.function_name,
-                "settings": worker.settings.to_dict(),
-            }
-            for queue, worker in workers.items()
-        }
+        queues = QueueMap(
+            functions={queue: name for queue, (name, _) in workers.items()},
+            settings={queue: settings for queue, (_, settings) in workers.items()},
+        )
         self.runtime = QueueFunction(
             self,
             "Runtime",
@@ -68,8 +66,9 @@ class Coordinator(Construct):
             environment={
                 ENV_BUCKET: bucket.bucket_name,
                 ENV_PREFIX: prefix,
-                ENV_QUEUES: Stack.of(self).to_json_string(queues),
+                ENV_QUEUES: queues.encode(),
             },
+            encryption_key=encryption_key,
             timeout=TIMEOUT,
             memory=MEMORY,
             reserved_concurrency=CONCURRENCY if reserve_concurrency else None,

@@ -1,4 +1,9 @@
-"""`QueueDashboard`: one CloudWatch dashboard per stack, a line per queue on each graph."""
+"""`QueueDashboard`: one CloudWatch dashboard per stack, a line per queue on each graph.
+
+Each graph is one ``SEARCH`` expression, not a metric per queue: the dashboard's size does
+not grow with the queues (a dashboard holds 2,500 metrics), and a new queue appears on it by
+itself.
+"""
 
 from __future__ import annotations
 
@@ -6,83 +11,129 @@ from collections.abc import Mapping, Sequence
 
 from aws_cdk import Duration, Stack
 from aws_cdk import aws_cloudwatch as cw
-from aws_cdk import aws_lambda as lambda_
 from constructs import Construct
 from s3queue import metric_names
 
+from s3queue_cdk.alarms import LAMBDA_NAMESPACE, alarm_arn, lambda_metric
+
 PERIOD = Duration.minutes(1)
 WIDTH = 8
+ALARMS_PER_WIDGET = 100
+"""CloudWatch's limit for one alarm status widget."""
 
 
-def queue_metric(
-    queue: str, name: str, statistic: str, period: Duration = PERIOD, label: str | None = None
-) -> cw.Metric:
-    """A metric of one queue, with the dimension set the functions publish it under."""
-    return cw.Metric(
-        namespace=metric_names.NAMESPACE,
-        metric_name=name,
-        dimensions_map=metric_names.dimensions(queue),
-        statistic=statistic,
-        period=period,
-        label=label,
+def queue_search(name: str, statistic: str) -> cw.MathExpression:
+    """Every queue's `name`, a line per queue labelled with the queue."""
+    dims = f"{metric_names.DIMENSION_QUEUE},{metric_names.DIMENSION_SERVICE}"
+    service = f'{metric_names.DIMENSION_SERVICE}="{metric_names.SERVICE}"'
+    query = f'{{{metric_names.NAMESPACE},{dims}}} MetricName="{name}" {service}'
+    return cw.MathExpression(
+        expression=f"SEARCH('{query}', '{statistic}', {int(PERIOD.to_seconds())})",
+        using_metrics={},
+        period=PERIOD,
+        label="",
+    )
+
+
+def workers_search(stack_name: str, name: str, statistic: str) -> cw.MathExpression:
+    """Lambda's `name` for every worker of the stack (their names start with the stack's)."""
+    query = f'{{{LAMBDA_NAMESPACE},FunctionName}} MetricName="{name}" FunctionName={stack_name}'
+    return cw.MathExpression(
+        expression=f"SEARCH('{query}', '{statistic}', {int(PERIOD.to_seconds())})",
+        using_metrics={},
+        period=PERIOD,
+        label="",
     )
 
 
 class QueueDashboard(Construct):
-    """Depth, in flight, age, throughput, failures, DLQ, redeliveries and handler duration."""
+    """Depth, age, throughput, failures, DLQ, redeliveries, duration, Lambda health, alarms."""
 
     def __init__(
         self,
         scope: Construct,
         construct_id: str,
         *,
-        workers: Mapping[str, lambda_.IFunction],
-        coordinator: lambda_.IFunction,
-        alarms: Sequence[cw.Alarm],
+        workers: Mapping[str, str],
+        coordinator: str,
+        alarm_names: Sequence[str],
     ) -> None:
         super().__init__(scope, construct_id)
-        queues = list(workers)
+        stack_name = Stack.of(self).stack_name
         self.dashboard = cw.Dashboard(
             self,
             "Dashboard",
-            dashboard_name=f"{Stack.of(self).stack_name}-queues",
+            dashboard_name=f"{stack_name}-queues",
             default_interval=Duration.hours(3),
         )
+        rows = [
+            [
+                ("Pending messages (depth)", metric_names.PENDING, "Maximum"),
+                ("In flight", metric_names.IN_FLIGHT, "Maximum"),
+                ("Oldest message age (s)", metric_names.OLDEST_MESSAGE_AGE, "Maximum"),
+            ],
+            [
+                ("Processed per minute (throughput)", metric_names.PROCESSED, "Sum"),
+                ("Handler failures per minute", metric_names.FAILED, "Sum"),
+                ("Retries per minute", metric_names.RETRIED, "Sum"),
+            ],
+            [
+                ("Dead letters (DLQ depth, busy ticks)", metric_names.DEAD_LETTERS, "Maximum"),
+                ("Dead-lettered per minute", metric_names.DEAD_LETTERED, "Sum"),
+                ("Redeliveries (lease expired)", metric_names.REDELIVERED, "Sum"),
+            ],
+            [
+                ("Handler duration p50 (ms)", metric_names.HANDLER_DURATION, "p50"),
+                ("Handler duration p99 (ms)", metric_names.HANDLER_DURATION, "p99"),
+            ],
+        ]
+        for row in rows:
+            self.dashboard.add_widgets(
+                *(_graph(title, [queue_search(name, stat)]) for title, name, stat in row)
+            )
         self.dashboard.add_widgets(
-            _graph("Pending messages (depth)", queues, metric_names.PENDING, "Maximum"),
-            _graph("In flight", queues, metric_names.IN_FLIGHT, "Maximum"),
-            _graph("Oldest message age (s)", queues, metric_names.OLDEST_MESSAGE_AGE, "Maximum"),
-        )
-        self.dashboard.add_widgets(
-            _graph("Processed per minute (throughput)", queues, metric_names.PROCESSED, "Sum"),
-            _graph("Handler failures per minute", queues, metric_names.FAILED, "Sum"),
-            _graph("Retries per minute", queues, metric_names.RETRIED, "Sum"),
-        )
-        self.dashboard.add_widgets(
-            _graph("Dead letters (DLQ depth)", queues, metric_names.DEAD_LETTERS, "Maximum"),
-            _graph("Dead-lettered per minute", queues, metric_names.DEAD_LETTERED, "Sum"),
-            _graph("Redeliveries (lease expired)", queues, metric_names.REDELIVERED, "Sum"),
-        )
-        self.dashboard.add_widgets(
-            _graph("Handler duration p50 (ms)", queues, metric_names.HANDLER_DURATION, "p50"),
-            _graph("Handler duration p99 (ms)", queues, metric_names.HANDLER_DURATION, "p99"),
-            cw.GraphWidget(
-                title="Lambda errors",
-                width=WIDTH,
-                left=[
-                    *(w.metric_errors(period=PERIOD, label=q) for q, w in workers.items()),
-                    coordinator.metric_errors(period=PERIOD, label="(coordinator)"),
-                ],
+            _graph("Worker errors", [workers_search(stack_name, "Errors", "Sum")]),
+            _graph("Worker throttles", [workers_search(stack_name, "Throttles", "Sum")]),
+            _graph(
+                "Worker events dropped (aged out)",
+                [workers_search(stack_name, "AsyncEventsDropped", "Sum")],
             ),
         )
         self.dashboard.add_widgets(
-            cw.AlarmStatusWidget(title="Alarms", alarms=list(alarms), width=3 * WIDTH)
+            _graph(
+                "Worker event age, max (ms)",
+                [workers_search(stack_name, "AsyncEventAge", "Maximum")],
+            ),
+            _graph("Coordinator runs and failures", _coordinator_metrics(coordinator)),
+            _graph(
+                "Coordinator throttled and dropped starts",
+                [
+                    lambda_metric(coordinator, "Throttles", "Sum", PERIOD, "throttled"),
+                    lambda_metric(coordinator, "AsyncEventsDropped", "Sum", PERIOD, "dropped"),
+                ],
+            ),
         )
+        for start in range(0, len(alarm_names), ALARMS_PER_WIDGET):
+            chunk = alarm_names[start : start + ALARMS_PER_WIDGET]
+            self.dashboard.add_widgets(
+                cw.AlarmStatusWidget(
+                    title="Alarms",
+                    alarms=[
+                        cw.Alarm.from_alarm_arn(self, f"Alarm{start + i}", alarm_arn(name))
+                        for i, name in enumerate(chunk)
+                    ],
+                    width=3 * WIDTH,
+                )
+            )
+        self.queues = sorted(workers)
 
 
-def _graph(title: str, queues: Sequence[str], name: str, statistic: str) -> cw.GraphWidget:
-    return cw.GraphWidget(
-        title=title,
-        width=WIDTH,
-        left=[queue_metric(queue, name, statistic, label=queue) for queue in queues],
-    )
+def _coordinator_metrics(coordinator: str) -> list[cw.IMetric]:
+    return [
+        lambda_metric(coordinator, "Invocations", "Sum", PERIOD, "runs"),
+        lambda_metric(coordinator, "Errors", "Sum", PERIOD, "errors"),
+    ]
+
+
+def _graph(title: str, metrics: Sequence[cw.IMetric]) -> cw.GraphWidget:
+    return cw.GraphWidget(title=title, width=WIDTH, left=list(metrics))

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from aws_cdk import Duration, RemovalPolicy
+from aws_cdk import Duration, RemovalPolicy, Token
 from aws_cdk import aws_iam as iam
+from aws_cdk import aws_kms as kms
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
 from constructs import Construct
 from s3queue import metric_names
+from s3queue.config import ConfigError
 
 from s3queue_cdk.acknowledgements import acknowledge
 
@@ -21,6 +23,19 @@ POWERTOOLS_ENVIRONMENT = {
     "POWERTOOLS_SERVICE_NAME": metric_names.SERVICE,
     "POWERTOOLS_METRICS_NAMESPACE": metric_names.NAMESPACE,
 }
+ENVIRONMENT_MAX = 4096
+"""Lambda's limit on the total size of a function's environment variables (names and values)."""
+TOKEN_MAX = 63
+"""Counted for each unresolved token in a value: the longest bucket name it can become."""
+
+
+def environment_size(environment: Mapping[str, str]) -> int:
+    """The bytes Lambda counts, with every deploy-time token at its longest."""
+    size = 0
+    for name, value in environment.items():
+        tokens = len(Token.as_string(value).split("${Token[")) - 1
+        size += len(name.encode()) + len(value.encode()) + tokens * TOKEN_MAX
+    return size
 
 
 class QueueFunction(Construct):
@@ -41,6 +56,8 @@ class QueueFunction(Construct):
         description: str,
         layers: Sequence[lambda_.ILayerVersion],
         environment: Mapping[str, str],
+        function_name: str | None = None,
+        encryption_key: kms.IKey | None = None,
         timeout: Duration,
         memory: int,
         reserved_concurrency: int | None,
@@ -48,8 +65,18 @@ class QueueFunction(Construct):
         removal_policy: RemovalPolicy,
     ) -> None:
         super().__init__(scope, construct_id)
+        variables = {**environment, **POWERTOOLS_ENVIRONMENT}
+        if environment_size(variables) > ENVIRONMENT_MAX:
+            raise ConfigError(
+                f"{description}: its environment variables take {environment_size(variables)} "
+                f"bytes, over Lambda's {ENVIRONMENT_MAX}: split the queues over two stacks"
+            )
         self.log_group = logs.LogGroup(
-            self, "Logs", retention=LOG_RETENTION, removal_policy=removal_policy
+            self,
+            "Logs",
+            retention=LOG_RETENTION,
+            removal_policy=removal_policy,
+            encryption_key=encryption_key,
         )
         self.role = iam.Role(
             self,
@@ -67,7 +94,8 @@ class QueueFunction(Construct):
             handler=handler,
             description=description,
             layers=list(layers),
-            environment={**environment, **POWERTOOLS_ENVIRONMENT},
+            function_name=function_name,
+            environment=variables,
             role=self.role,
             log_group=self.log_group,
             timeout=timeout,

@@ -18,8 +18,11 @@ LAYER_EXCLUDES = ["**/__pycache__", "**/*.pyc", "**/*.egg-info"]
 
 
 def powertools_layer_arn(version: int) -> str:
-    """The public layer's ARN in the stack's region (a token until deployment)."""
-    return f"arn:aws:lambda:{Aws.REGION}:{POWERTOOLS_ACCOUNT}:layer:{POWERTOOLS_LAYER}:{version}"
+    """The public layer's ARN in the stack's partition and region (tokens until deployment)."""
+    return (
+        f"arn:{Aws.PARTITION}:lambda:{Aws.REGION}:{POWERTOOLS_ACCOUNT}:layer:"
+        f"{POWERTOOLS_LAYER}:{version}"
+    )
 
 
 class Layers(Construct):
@@ -32,7 +35,13 @@ class Layers(Construct):
     """
 
     def __init__(
-        self, scope: Construct, construct_id: str, *, layer_dir: Path, powertools_version: int
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        layer_dir: Path,
+        powertools_version: int,
+        powertools_arn: str = "",
     ) -> None:
         super().__init__(scope, construct_id)
         self.s3queue = lambda_.LayerVersion(
@@ -43,8 +52,9 @@ class Layers(Construct):
             compatible_architectures=[ARCHITECTURE],
             description="S3Queue: the queue logic shared by the coordinator and the workers",
         )
+        self.powertools_arn = powertools_arn or powertools_layer_arn(powertools_version)
         self.powertools = lambda_.LayerVersion.from_layer_version_arn(
-            self, "Powertools", powertools_layer_arn(powertools_version)
+            self, "Powertools", self.powertools_arn
         )
 
     @property

@@ -1,32 +1,42 @@
-"""`Monitoring`: the alarms of every queue, sent to one SNS topic, and the stack's dashboard."""
+"""`Monitoring`: the alarm topic, the coordinator's alarms and the stack's dashboard.
+
+The queues' own alarms live with their workers (`s3queue_cdk.queues`), and notify this topic.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Sequence
 
-from aws_cdk import Duration, Stack
+from aws_cdk import Aws
 from aws_cdk import aws_cloudwatch as cw
 from aws_cdk import aws_cloudwatch_actions as cw_actions
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
-from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_sns as sns
 from aws_cdk import aws_sns_subscriptions as subscriptions
 from constructs import Construct
-from s3queue import metric_names
 
-from s3queue_cdk.dashboard import QueueDashboard, queue_metric
+from s3queue_cdk import alarms
+from s3queue_cdk.dashboard import QueueDashboard
 
-ALARM_PERIOD = Duration.minutes(5)
+
+def from_cloudwatch_alarms() -> dict[str, dict[str, str]]:
+    """Only this account's alarms may use the grant (the confused-deputy conditions)."""
+    return {
+        "StringEquals": {"aws:SourceAccount": Aws.ACCOUNT_ID},
+        "ArnLike": {
+            "aws:SourceArn": f"arn:{Aws.PARTITION}:cloudwatch:{Aws.REGION}:{Aws.ACCOUNT_ID}:alarm:*"
+        },
+    }
 
 
 class Monitoring(Construct):
-    """Per queue: DLQ not empty, oldest message too old, worker errors; coordinator errors.
+    """The alarm topic (TLS only; CloudWatch may publish), coordinator alarms, the dashboard.
 
     The topic is encrypted with the stack's KMS key when there is one (its key policy then lets
-    CloudWatch publish). Without one it is not encrypted at rest: CloudWatch alarms cannot
-    publish to a topic under the AWS-managed SNS key, and alarm messages carry only alarm and
-    queue names, metric values and thresholds. AwsSolutions has no rule requiring it.
+    CloudWatch use it for this account's alarms). Without one it is not encrypted at rest:
+    CloudWatch alarms cannot publish to a topic under the AWS-managed SNS key, and alarm
+    messages carry only alarm and queue names, metric values and thresholds.
     """
 
     def __init__(
@@ -34,31 +44,34 @@ class Monitoring(Construct):
         scope: Construct,
         construct_id: str,
         *,
-        workers: Mapping[str, lambda_.IFunction],
-        coordinator: lambda_.IFunction,
+        stack_name: str,
         alarm_email: str,
-        oldest_message_alarm: Duration,
         encryption_key: kms.IKey | None,
     ) -> None:
         super().__init__(scope, construct_id)
+        self.stack_name = stack_name
         self.topic = self._topic(alarm_email, encryption_key)
         self.alarms: list[cw.Alarm] = []
-        for queue, worker in workers.items():
-            self.alarms += self._queue_alarms(queue, worker, oldest_message_alarm)
-        self.alarms.append(
-            self._errors_alarm(
-                "CoordinatorErrors",
-                f"{Stack.of(self).stack_name}-coordinator-errors",
-                coordinator,
-                "the coordinator itself failed",
-            )
-        )
+
+    def watch_coordinator(self, coordinator: str, schedule_seconds: int | None) -> None:
+        """Alarm when the coordinator fails, or does not run for three schedule intervals."""
+        window = alarms.silence_window(schedule_seconds)
         action = cw_actions.SnsAction(self.topic)
-        for alarm in self.alarms:
+        for alarm in alarms.coordinator_alarms(
+            self, stack_name=self.stack_name, coordinator=coordinator, window=window
+        ):
             alarm.add_alarm_action(action)
             alarm.add_ok_action(action)
+            self.alarms.append(alarm)
+
+    def add_dashboard(
+        self, workers: dict[str, str], coordinator: str, queue_alarms: Sequence[str]
+    ) -> None:
+        """The dashboard of `workers` (queue -> function name), with every alarm's state."""
+        own = [alarms.alarm_name(self.stack_name, None, w) for w in alarms.COORDINATOR_ALARMS]
+        names = own + list(queue_alarms)
         self.dashboard = QueueDashboard(
-            self, "Dashboard", workers=workers, coordinator=coordinator, alarms=self.alarms
+            self, "Dashboard", workers=workers, coordinator=coordinator, alarm_names=names
         )
 
     def _topic(self, alarm_email: str, encryption_key: kms.IKey | None) -> sns.Topic:
@@ -69,76 +82,26 @@ class Monitoring(Construct):
             enforce_ssl=True,
             master_key=encryption_key,
         )
+        # The topic policy replaces SNS's default one: without this, nothing may publish.
+        topic.add_to_resource_policy(
+            iam.PolicyStatement(
+                sid="AllowCloudWatchAlarms",
+                principals=[iam.ServicePrincipal("cloudwatch.amazonaws.com")],
+                actions=["sns:Publish"],
+                resources=[topic.topic_arn],
+                conditions=from_cloudwatch_alarms(),
+            )
+        )
         if encryption_key is not None:
             # CloudWatch encrypts the alarm notifications it publishes to the topic.
             encryption_key.add_to_resource_policy(
                 iam.PolicyStatement(
                     principals=[iam.ServicePrincipal("cloudwatch.amazonaws.com")],
-                    actions=["kms:Decrypt", "kms:GenerateDataKey"],
+                    actions=["kms:Decrypt", "kms:GenerateDataKey*"],
                     resources=["*"],
+                    conditions=from_cloudwatch_alarms(),
                 )
             )
         if alarm_email:
             topic.add_subscription(subscriptions.EmailSubscription(alarm_email))
         return topic
-
-    def _queue_alarms(
-        self, queue: str, worker: lambda_.IFunction, oldest: Duration
-    ) -> list[cw.Alarm]:
-        dead = cw.Alarm(
-            self,
-            f"{queue}-DeadLetters",
-            alarm_name=self._name(queue, "dead-letters"),
-            alarm_description=(
-                f"Queue {queue} has messages in its dead-letter queue: they failed every retry "
-                "or raised PermanentError. Inspect them with the DLQ list, fix, and redrive."
-            ),
-            metric=queue_metric(queue, metric_names.DEAD_LETTERS, "Maximum", ALARM_PERIOD),
-            threshold=0,
-            comparison_operator=cw.ComparisonOperator.GREATER_THAN_THRESHOLD,
-            evaluation_periods=1,
-            # A gauge the coordinator publishes while it runs: between ticks keep the state.
-            treat_missing_data=cw.TreatMissingData.IGNORE,
-        )
-        age = cw.Alarm(
-            self,
-            f"{queue}-OldestMessageAge",
-            alarm_name=self._name(queue, "oldest-message-age"),
-            alarm_description=(
-                f"Queue {queue}'s oldest pending message waited over {int(oldest.to_seconds())} s: "
-                "the workers fall behind (raise concurrency or batch_size) or are failing."
-            ),
-            metric=queue_metric(queue, metric_names.OLDEST_MESSAGE_AGE, "Maximum", ALARM_PERIOD),
-            threshold=oldest.to_seconds(),
-            comparison_operator=cw.ComparisonOperator.GREATER_THAN_THRESHOLD,
-            evaluation_periods=1,
-            treat_missing_data=cw.TreatMissingData.NOT_BREACHING,
-        )
-        errors = self._errors_alarm(
-            f"{queue}-WorkerErrors",
-            self._name(queue, "worker-errors"),
-            worker,
-            "the worker crashed or timed out outside the handler",
-        )
-        return [dead, age, errors]
-
-    def _errors_alarm(
-        self, construct_id: str, alarm_name: str, function: lambda_.IFunction, meaning: str
-    ) -> cw.Alarm:
-        return cw.Alarm(
-            self,
-            construct_id,
-            alarm_name=alarm_name,
-            alarm_description=(
-                f"Lambda errors in {function.node.path}: {meaning} (a handler's exception is "
-                "not one: it retries the message). See the function's log group."
-            ),
-            metric=function.metric_errors(period=ALARM_PERIOD, statistic="Sum"),
-            threshold=1,
-            comparison_operator=cw.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
-            evaluation_periods=1,
-            treat_missing_data=cw.TreatMissingData.NOT_BREACHING,
-        )
-
-    def _name(self, queue: str, what: str) -> str:
-        return f"{Stack.of(self).stack_name}-{queue}-{what}"

@@ -8,13 +8,17 @@ from typing import Any
 
 from constructs import Node
 from s3queue.config import DEFAULT_PREFIX, ConfigError
+from s3queue.names import STACK_NAME
 
 CONTEXT_PREFIX = "s3queue:"
-_STACK_NAME = re.compile(r"[A-Za-z][A-Za-z0-9-]{0,99}")
 _PREFIX = re.compile(r"[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)*")
 _BUCKET_NAME_PREFIX = re.compile(r"([a-z0-9][a-z0-9-]{0,29})?")
 _EMAIL = re.compile(r"([^@\s]+@[^@\s]+\.[^@\s]+)?")
-_SCHEDULE = re.compile(r"(rate|cron)\(.+\)")
+_RATE = re.compile(r"rate\((1 (minute|hour|day)|([2-9]|[1-9]\d+) (minutes|hours|days))\)")
+_CRON = re.compile(r"cron\(\S+( \S+){5}\)")
+_SCHEDULE = re.compile(f"{_RATE.pattern}|{_CRON.pattern}")
+_ARN = re.compile(r"(arn:[a-z-]+:lambda:[a-z0-9-]+:\d{12}:layer:[A-Za-z0-9_-]+:\d+)?")
+_UNIT_SECONDS = {"minute": 60, "hour": 3600, "day": 86400}
 
 
 @dataclass(frozen=True)
@@ -28,7 +32,6 @@ class DeploymentSettings:
     """EventBridge schedule expression that starts the coordinator."""
     low_latency: bool = False
     """Also start the coordinator on S3 Object Created events under the queue prefixes."""
-    done_retention_days: int = 7
     ids_retention_days: int = 7
     """How long explicit-id dedup markers live: the dedup window."""
     dlq_retention_days: int = 14
@@ -46,12 +49,15 @@ class DeploymentSettings:
     reserve_concurrency: bool = True
     """Reserve Lambda concurrency (needs account headroom: new accounts may have none)."""
     powertools_layer_version: int = 27
+    powertools_layer_arn: str = ""
+    """A Powertools layer ARN to use instead of AWS's public one (partitions it is not in)."""
 
     def __post_init__(self) -> None:
         checks = (
-            (_STACK_NAME, "stack_name", "a letter, then up to 99 of [A-Za-z0-9-]"),
+            (STACK_NAME, "stack_name", "a letter, then up to 39 of [A-Za-z0-9-]"),
             (_PREFIX, "prefix", "segments of [A-Za-z0-9_.-] joined by '/'"),
-            (_SCHEDULE, "schedule", "rate(...) or cron(...)"),
+            (_SCHEDULE, "schedule", "rate(1 minute), rate(N minutes|hours|days) or cron(6 fields)"),
+            (_ARN, "powertools_layer_arn", "a Lambda layer version ARN, or empty"),
             (_BUCKET_NAME_PREFIX, "bucket_name_prefix", "up to 30 of [a-z0-9-]"),
             (_EMAIL, "alarm_email", "an e-mail address, or empty"),
         )
@@ -59,10 +65,18 @@ class DeploymentSettings:
             value = getattr(self, name)
             if not pattern.fullmatch(value):
                 raise ConfigError(f"context {context_key(name)}={value!r}: expected {expected}")
-        days = ("done_retention_days", "ids_retention_days", "dlq_retention_days")
+        days = ("ids_retention_days", "dlq_retention_days")
         for name in (*days, "access_log_retention_days", "oldest_message_alarm_seconds"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"context {context_key(name)} must be at least 1")
+
+    @property
+    def schedule_seconds(self) -> int | None:
+        """The interval of a ``rate(...)`` schedule; None for ``cron(...)``."""
+        if not self.schedule.startswith("rate("):
+            return None
+        count, unit = self.schedule[len("rate(") : -1].split()
+        return int(count) * _UNIT_SECONDS[unit.removesuffix("s")]
 
     @classmethod
     def from_context(cls, node: Node) -> DeploymentSettings:
@@ -76,7 +90,7 @@ class DeploymentSettings:
 
 
 def context_key(field_name: str) -> str:
-    """``done_retention_days`` -> ``s3queue:doneRetentionDays``."""
+    """``dlq_retention_days`` -> ``s3queue:dlqRetentionDays``."""
     head, *rest = field_name.split("_")
     return CONTEXT_PREFIX + head + "".join(word.capitalize() for word in rest)
 

@@ -8,27 +8,31 @@ from typing import Any
 from aws_cdk import Aws, CfnOutput, Duration, RemovalPolicy, Stack
 from aws_cdk import aws_iam as iam
 from constructs import Construct
-from s3queue.config import ConfigError
-from s3queue.discovery import discover_handlers
+from s3queue import names
+from s3queue.config import ConfigError, HandlerSpec, discover_handlers
 
-from s3queue_cdk import permissions
+from s3queue_cdk import alarms, permissions
 from s3queue_cdk.coordinator import Coordinator
 from s3queue_cdk.layers import Layers
 from s3queue_cdk.monitoring import Monitoring
+from s3queue_cdk.queues import QueueGroup, enqueue_policy_name, groups_of
 from s3queue_cdk.settings import DeploymentSettings
 from s3queue_cdk.storage import QueueStorage
-from s3queue_cdk.workers import Workers
+from s3queue_cdk.workers import Worker, deployed_settings
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 FUNCTIONS_DIR = REPO_ROOT / "functions"
 LAYER_DIR = REPO_ROOT / "layers" / "s3queue"
+MAX_QUEUES = 150
+"""The stack's ceiling: the first limit reached is the parent template's 200 outputs (one
+enqueue policy a queue); the tests synthesize it and check every other limit."""
 
 
 class S3QueueStack(Stack):
     """One bucket, the s3queue layer, a coordinator, one worker per handler module, alarms.
 
     ``functions_dir`` holds ``coordinator/``, ``worker/`` and ``handlers/``; every module in
-    ``handlers/`` becomes a queue.
+    ``handlers/`` becomes a queue. The queues' own resources live in nested stacks.
     """
 
     def __init__(
@@ -43,39 +47,50 @@ class S3QueueStack(Stack):
     ) -> None:
         super().__init__(scope, construct_id, **kwargs)
         self.settings = settings
-        self.handlers = discover_handlers(functions_dir / "handlers")
-        if not self.handlers:
-            raise ConfigError(
-                f"no handler modules in {functions_dir / 'handlers'}: add one "
-                "(see functions/handlers/README.md)"
-            )
+        self.handlers = _handlers(functions_dir / "handlers")
         self.storage = self._storage()
-        layers = Layers(
+        self.layers = Layers(
             self,
             "Layers",
             layer_dir=layer_dir,
             powertools_version=settings.powertools_layer_version,
+            powertools_arn=settings.powertools_layer_arn,
         )
-        self.workers, self.coordinator = self._functions(functions_dir, layers)
-        self._grant()
         self.monitoring = Monitoring(
             self,
             "Monitoring",
-            workers={queue: w.function for queue, w in self.workers.by_queue.items()},
-            coordinator=self.coordinator.function,
+            stack_name=settings.stack_name,
             alarm_email=settings.alarm_email,
-            oldest_message_alarm=Duration.seconds(settings.oldest_message_alarm_seconds),
             encryption_key=self.storage.key,
         )
-        CfnOutput(self, "BucketName", value=self.storage.bucket.bucket_name)
-        CfnOutput(self, "AlarmTopicArn", value=self.monitoring.topic.topic_arn)
-        CfnOutput(self, "DashboardName", value=self.monitoring.dashboard.dashboard.dashboard_name)
+        self.groups = self._groups(functions_dir)
+        self.workers: dict[str, Worker] = {
+            queue: worker for group in self.groups for queue, worker in group.workers.items()
+        }
+        self.coordinator = self._coordinator(functions_dir)
+        self.monitoring.watch_coordinator(
+            self.coordinator.function.function_name, settings.schedule_seconds
+        )
+        self.monitoring.add_dashboard(
+            {q: w.function_name for q, w in self.workers.items()},
+            self.coordinator.function.function_name,
+            [
+                n
+                for q in sorted(self.handlers)
+                for n in alarms.queue_alarm_names(self.settings.stack_name, q)
+            ],
+        )
+        self._outputs()
 
-    def grant_enqueue(self, grantee: iam.IGrantable, queue: str) -> iam.Grant:
-        """Let another service enqueue to `queue` by plain S3 PUT into its ``inbox/`` only."""
+    def grant_enqueue(self, grantee: iam.IGrantable, queue: str) -> None:
+        """Let another service, of this account or another, enqueue to `queue` by plain PUT.
+
+        Same account: an identity policy on `grantee`. Another account: a bucket-policy (and
+        key-policy) statement naming it; its account must allow it too (deployment.md).
+        """
         if queue not in self.handlers:
             raise ConfigError(f"unknown queue {queue!r}; queues: {sorted(self.handlers)}")
-        return permissions.grant_enqueue(
+        permissions.grant_enqueue(
             grantee,
             bucket=self.storage.bucket,
             prefix=self.settings.prefix,
@@ -90,7 +105,6 @@ class S3QueueStack(Stack):
             "Storage",
             prefix=settings.prefix,
             queues=list(self.handlers),
-            done_retention=Duration.days(settings.done_retention_days),
             ids_retention=Duration.days(settings.ids_retention_days),
             dlq_retention=Duration.days(settings.dlq_retention_days),
             access_log_retention=Duration.days(settings.access_log_retention_days),
@@ -101,49 +115,100 @@ class S3QueueStack(Stack):
             event_bridge=settings.low_latency,
         )
 
-    def _functions(self, functions_dir: Path, layers: Layers) -> tuple[Workers, Coordinator]:
-        settings, bucket = self.settings, self.storage.bucket
-        removal = RemovalPolicy.RETAIN if settings.retain_data else RemovalPolicy.DESTROY
-        workers = Workers(
-            self,
-            "Workers",
-            handlers=self.handlers,
-            functions_dir=functions_dir,
-            layers=layers.all,
-            bucket=bucket,
-            prefix=settings.prefix,
-            reserve_concurrency=settings.reserve_concurrency,
-            removal_policy=removal,
-        )
+    @property
+    def _removal(self) -> RemovalPolicy:
+        return RemovalPolicy.RETAIN if self.settings.retain_data else RemovalPolicy.DESTROY
+
+    def _groups(self, functions_dir: Path) -> list[QueueGroup]:
+        settings = self.settings
+        return [
+            QueueGroup(
+                self,
+                f"Queues{index}",
+                stack_name=settings.stack_name,
+                specs=specs,
+                functions_dir=functions_dir,
+                layer=self.layers.s3queue,
+                powertools_arn=self.layers.powertools_arn,
+                bucket=self.storage.bucket,
+                prefix=settings.prefix,
+                key=self.storage.key,
+                topic=self.monitoring.topic,
+                oldest_message_alarm=Duration.seconds(settings.oldest_message_alarm_seconds),
+                reserve_concurrency=settings.reserve_concurrency,
+                removal_policy=self._removal,
+            )
+            for index, specs in groups_of(self.handlers).items()
+        ]
+
+    def _coordinator(self, functions_dir: Path) -> Coordinator:
+        settings = self.settings
         coordinator = Coordinator(
             self,
             "Coordinator",
             code_dir=functions_dir / "coordinator",
-            layers=layers.all,
-            bucket=bucket,
+            layers=self.layers.all,
+            bucket=self.storage.bucket,
             prefix=settings.prefix,
-            workers=workers.by_queue,
+            workers={
+                queue: (
+                    names.worker_function_name(settings.stack_name, queue),
+                    deployed_settings(spec.settings, settings.reserve_concurrency),
+                )
+                for queue, spec in self.handlers.items()
+            },
             schedule=settings.schedule,
             low_latency=settings.low_latency,
             reserve_concurrency=settings.reserve_concurrency,
-            removal_policy=removal,
+            removal_policy=self._removal,
+            encryption_key=self.storage.key,
         )
-        return workers, coordinator
+        bucket, key = self.storage.bucket, self.storage.key
+        function = coordinator.function
+        permissions.grant_stack_access(function, bucket=bucket, prefix=settings.prefix, key=key)
+        permissions.grant_invoke_workers(function, settings.stack_name)
+        for group in self.groups:
+            # Its first run should find the workers it invokes.
+            coordinator.node.add_dependency(group)
+        return coordinator
 
-    def _grant(self) -> None:
-        """Each worker its own queue; the coordinator every queue and every worker."""
-        bucket, prefix, key = self.storage.bucket, self.settings.prefix, self.storage.key
-        for queue, worker in self.workers.by_queue.items():
-            permissions.grant_queue_access(
-                worker.function, bucket=bucket, prefix=prefix, queues=[queue], key=key
+    def _outputs(self) -> None:
+        storage, name = self.storage, self.settings.stack_name
+        CfnOutput(self, "BucketName", value=storage.bucket.bucket_name)
+        CfnOutput(self, "BucketArn", value=storage.bucket.bucket_arn)
+        if storage.key is not None:
+            CfnOutput(self, "KeyArn", value=storage.key.key_arn)
+        CfnOutput(self, "Prefix", value=self.settings.prefix)
+        CfnOutput(self, "AlarmTopicArn", value=self.monitoring.topic.topic_arn)
+        CfnOutput(self, "DashboardName", value=self.monitoring.dashboard.dashboard.dashboard_name)
+        CfnOutput(self, "CoordinatorFunctionName", value=self.coordinator.function.function_name)
+        CfnOutput(
+            self,
+            "WorkerFunctionNames",
+            value=f"{names.worker_function_prefix(name)}<queue> (cut and hashed past 64 chars)",
+        )
+        for index, queue in enumerate(sorted(self.handlers)):
+            CfnOutput(
+                self,
+                f"EnqueuePolicy{index}",
+                description=f"Attach to a role of this account to enqueue to {queue}",
+                value=f"arn:{Aws.PARTITION}:iam::{Aws.ACCOUNT_ID}:policy/"
+                + enqueue_policy_name(name, queue),
             )
-        coordinator = self.coordinator.function
-        permissions.grant_queue_access(
-            coordinator, bucket=bucket, prefix=prefix, queues=list(self.handlers), key=key
+
+
+def _handlers(directory: Path) -> dict[str, HandlerSpec]:
+    handlers = discover_handlers(directory)
+    if not handlers:
+        raise ConfigError(
+            f"no handler modules in {directory}: add one (see functions/handlers/README.md)"
         )
-        permissions.grant_invoke(
-            coordinator, [worker.function for worker in self.workers.by_queue.values()]
+    if len(handlers) > MAX_QUEUES:
+        raise ConfigError(
+            f"{len(handlers)} handler modules in {directory}: one stack holds at most "
+            f"{MAX_QUEUES} queues; deploy the rest as a second stack (another stackName)"
         )
+    return handlers
 
 
 def _bucket_name(prefix: str) -> str | None:

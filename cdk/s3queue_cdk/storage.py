@@ -4,21 +4,22 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from aws_cdk import Duration, RemovalPolicy
+from aws_cdk import Aws, Duration, RemovalPolicy
+from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
 from aws_cdk import aws_s3 as s3
 from constructs import Construct
-from s3queue.keys import QueueKeys
+from s3queue import names
 
-DONE = "done/"
-"""Optional completion records (``<prefix>/<queue>/done/``)."""
+LIFECYCLE_RULES_MAX = 1000
+"""S3's limit of lifecycle rules per bucket: two per queue, two for the bucket."""
 
 
 class QueueStorage(Construct):
     """The queue bucket: private, encrypted, TLS only, access-logged, with TTL lifecycle rules.
 
-    Lifecycle rules expire only what the protocol no longer needs (completion records, dedup
-    markers, dead letters after their retention): ``msg/``, ``inbox/`` and ``tickets/`` are
+    Lifecycle rules expire only what the protocol no longer needs (dedup markers, dead letters
+    after their retention): ``msg/``, ``inbox/`` and ``tickets/`` are
     never expired, so no message is lost to a rule.
     """
 
@@ -29,7 +30,6 @@ class QueueStorage(Construct):
         *,
         prefix: str,
         queues: Sequence[str],
-        done_retention: Duration,
         ids_retention: Duration,
         dlq_retention: Duration,
         access_log_retention: Duration,
@@ -50,6 +50,7 @@ class QueueStorage(Construct):
                 enable_key_rotation=True,
                 removal_policy=removal,
             )
+            allow_log_groups(self.key)
         self.access_logs = access_log_bucket(self, retention=access_log_retention, retain=retain)
         self.bucket = s3.Bucket(
             self,
@@ -68,7 +69,6 @@ class QueueStorage(Construct):
             lifecycle_rules=lifecycle_rules(
                 prefix,
                 queues,
-                done=done_retention,
                 ids=ids_retention,
                 dlq=dlq_retention,
                 versioned=versioned,
@@ -111,16 +111,28 @@ def enable_event_bridge(bucket: s3.Bucket) -> None:
     )
 
 
+def allow_log_groups(key: kms.Key) -> None:
+    """Let CloudWatch Logs encrypt this account's log groups with `key`, and nothing else."""
+    log_groups = f"arn:{Aws.PARTITION}:logs:{Aws.REGION}:{Aws.ACCOUNT_ID}:log-group:*"
+    key.add_to_resource_policy(
+        iam.PolicyStatement(
+            principals=[iam.ServicePrincipal(f"logs.{Aws.REGION}.amazonaws.com")],
+            actions=["kms:Encrypt*", "kms:Decrypt*", "kms:ReEncrypt*", "kms:GenerateDataKey*"],
+            resources=["*"],
+            conditions={"ArnLike": {"kms:EncryptionContext:aws:logs:arn": log_groups}},
+        )
+    )
+
+
 def lifecycle_rules(
     prefix: str,
     queues: Sequence[str],
     *,
-    done: Duration,
     ids: Duration,
     dlq: Duration,
     versioned: bool,
 ) -> list[s3.LifecycleRule]:
-    """Per-queue TTL rules on ``done/``, ``ids/`` and ``dlq/``, plus bucket-wide hygiene."""
+    """Per-queue TTL rules on ``ids/`` and ``dlq/``, plus bucket-wide hygiene."""
     rules = [
         s3.LifecycleRule(
             id="abort-incomplete-multipart-uploads",
@@ -135,14 +147,15 @@ def lifecycle_rules(
                 expired_object_delete_marker=True,
             )
         )
+    expirations = {names.IDS: ids, names.DLQ: dlq}
     for queue in queues:
-        keys = QueueKeys(prefix, queue)
-        for name, key_prefix, expiration in (
-            ("done", keys.root + DONE, done),
-            ("ids", keys.ids, ids),
-            ("dlq", keys.dlq, dlq),
-        ):
+        root = names.queue_root(prefix, queue)
+        for segment in names.EXPIRING_SEGMENTS:
             rules.append(
-                s3.LifecycleRule(id=f"{queue}-{name}", prefix=key_prefix, expiration=expiration)
+                s3.LifecycleRule(
+                    id=f"{queue}-{segment.rstrip('/')}",
+                    prefix=root + segment,
+                    expiration=expirations[segment],
+                )
             )
     return rules

@@ -1,17 +1,25 @@
-"""`Workers`: one worker Lambda per handler module, all sharing one code asset."""
+"""`Worker`: the Lambda of one queue, named ``<stack>_<queue>``, sized by its ``SETTINGS``."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 from aws_cdk import Duration, RemovalPolicy
+from aws_cdk import aws_kms as kms
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_s3 as s3
 from constructs import Construct
-from s3queue.config import ENV_BUCKET, ENV_PREFIX, ENV_QUEUE, ENV_SETTINGS, QueueSettings
-from s3queue.discovery import HandlerSpec
+from s3queue.config import (
+    ENV_BUCKET,
+    ENV_PREFIX,
+    ENV_QUEUE,
+    ENV_SETTINGS,
+    HandlerSpec,
+    QueueSettings,
+)
 
 from s3queue_cdk.functions import QueueFunction
 
@@ -27,8 +35,20 @@ def worker_code(functions_dir: Path) -> lambda_.Code:
     return lambda_.Code.from_asset(str(functions_dir), exclude=CODE_EXCLUDES)
 
 
+def deployed_settings(settings: QueueSettings, reserve_concurrency: bool) -> QueueSettings:
+    """`settings` as deployed: no more tickets in flight than the worker may run at once.
+
+    Past its reserved concurrency Lambda throttles the coordinator's invokes, and a throttled
+    event that ages out is dropped: a ticket waits for ``dispatch_timeout`` for nothing.
+    """
+    if not reserve_concurrency:
+        return settings
+    in_flight = min(settings.max_in_flight_tickets, settings.concurrency)
+    return dataclasses.replace(settings, max_in_flight_tickets=in_flight)
+
+
 class Worker(Construct):
-    """The worker Lambda of one queue, sized by its handler module's ``SETTINGS``."""
+    """The worker Lambda of one queue."""
 
     def __init__(
         self,
@@ -36,16 +56,20 @@ class Worker(Construct):
         construct_id: str,
         *,
         spec: HandlerSpec,
+        function_name: str,
+        settings: QueueSettings,
         code: lambda_.Code,
         layers: Sequence[lambda_.ILayerVersion],
         bucket: s3.IBucket,
         prefix: str,
         reserve_concurrency: bool,
         removal_policy: RemovalPolicy,
+        encryption_key: kms.IKey | None,
     ) -> None:
         super().__init__(scope, construct_id)
         self.queue = spec.queue
-        self.settings: QueueSettings = spec.settings
+        self.settings = settings
+        self.function_name = function_name
         self.runtime = QueueFunction(
             self,
             "Runtime",
@@ -53,50 +77,18 @@ class Worker(Construct):
             handler=HANDLER,
             description=f"S3Queue worker of queue {spec.queue}",
             layers=layers,
+            function_name=function_name,
             environment={
                 ENV_BUCKET: bucket.bucket_name,
                 ENV_PREFIX: prefix,
                 ENV_QUEUE: spec.queue,
-                ENV_SETTINGS: json.dumps(spec.settings.to_dict(), sort_keys=True),
+                ENV_SETTINGS: json.dumps(settings.delta(), sort_keys=True),
             },
-            timeout=Duration.seconds(spec.settings.timeout),
-            memory=spec.settings.memory,
-            reserved_concurrency=spec.settings.concurrency if reserve_concurrency else None,
+            encryption_key=encryption_key,
+            timeout=Duration.seconds(settings.timeout),
+            memory=settings.memory,
+            reserved_concurrency=settings.concurrency if reserve_concurrency else None,
             max_event_age=MAX_EVENT_AGE,
             removal_policy=removal_policy,
         )
         self.function: lambda_.Function = self.runtime.function
-
-
-class Workers(Construct):
-    """Every queue's worker, by queue name."""
-
-    def __init__(
-        self,
-        scope: Construct,
-        construct_id: str,
-        *,
-        handlers: Mapping[str, HandlerSpec],
-        functions_dir: Path,
-        layers: Sequence[lambda_.ILayerVersion],
-        bucket: s3.IBucket,
-        prefix: str,
-        reserve_concurrency: bool,
-        removal_policy: RemovalPolicy,
-    ) -> None:
-        super().__init__(scope, construct_id)
-        code = worker_code(functions_dir)
-        self.by_queue: dict[str, Worker] = {
-            queue: Worker(
-                self,
-                queue,
-                spec=spec,
-                code=code,
-                layers=layers,
-                bucket=bucket,
-                prefix=prefix,
-                reserve_concurrency=reserve_concurrency,
-                removal_policy=removal_policy,
-            )
-            for queue, spec in handlers.items()
-        }

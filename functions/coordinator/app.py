@@ -12,18 +12,16 @@ import functools
 from dataclasses import dataclass
 from typing import Any
 
-import boto3
 from aws_lambda_powertools import Logger, Tracer
 from aws_lambda_powertools.metrics import EphemeralMetrics, MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
-from botocore.config import Config
 from s3queue import metric_names
 from s3queue.clock import Clock, SystemClock
-from s3queue.config import ConfigError, CoordinatorSettings, Environment, QueueSettings
+from s3queue.config import ENV_QUEUES, ConfigError, CoordinatorSettings, Environment, QueueSettings
 from s3queue.coordinator import Coordinator
 from s3queue.invoke import LambdaInvoker
 from s3queue.service import Gauges, serve
-from s3queue.storage.s3 import S3Storage, make_client
+from s3queue.storage.s3 import S3Storage, make_client, make_lambda_client
 
 logger = Logger(service=metric_names.SERVICE)
 tracer = Tracer(service=metric_names.SERVICE)
@@ -32,9 +30,6 @@ UNITS = {metric_names.OLDEST_MESSAGE_AGE: MetricUnit.Seconds}
 """Every other gauge is a Count."""
 CLOCK: Clock = SystemClock()
 """The run's clock (tests put a FakeClock here)."""
-LAMBDA_CONFIG = Config(
-    retries={"mode": "standard", "max_attempts": 3}, connect_timeout=2, read_timeout=10
-)
 
 
 def publish(queue: str, values: dict[str, float]) -> None:
@@ -60,22 +55,13 @@ class Container:
 @functools.cache
 def container() -> Container:
     env = Environment.from_env()
-    if not env.queues:
-        raise ConfigError("S3QUEUE_QUEUES is empty: the coordinator has no queue to serve")
-    try:
-        functions = {queue: str(spec["function"]) for queue, spec in env.queues.items()}
-        settings = {
-            queue: QueueSettings.from_mapping(spec.get("settings", {}))
-            for queue, spec in env.queues.items()
-        }
-    except (KeyError, TypeError, AttributeError) as exc:
-        raise ConfigError(f"S3QUEUE_QUEUES: each queue needs a function name: {exc!r}") from exc
-    session = boto3.session.Session()
+    if not env.queues.functions:
+        raise ConfigError(f"{ENV_QUEUES} is empty: the coordinator has no queue to serve")
     return Container(
         env=env,
         storage=S3Storage(make_client(env.endpoint_url), env.bucket),
-        invoker=LambdaInvoker(session.client("lambda", config=LAMBDA_CONFIG), functions),
-        settings=settings,
+        invoker=LambdaInvoker(make_lambda_client(), env.queues.functions),
+        settings=env.queues.settings,
         gauges=Gauges(publish, CLOCK),
     )
 

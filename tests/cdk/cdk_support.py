@@ -20,7 +20,7 @@ os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "cdk"))
 
-from aws_cdk import App, assertions  # noqa: E402
+from aws_cdk import App, Stack, assertions  # noqa: E402
 from aws_cdk import aws_iam as iam  # noqa: E402
 from s3queue.config import ENV_QUEUE  # noqa: E402
 from s3queue_cdk.app import build  # noqa: E402
@@ -43,14 +43,20 @@ VARIANT_CONTEXT = {
 
 @dataclass
 class Synth:
-    """A synthesized stack and its template."""
+    """A synthesized stack, its template and its nested stacks' (the queue groups)."""
 
     stack: S3QueueStack
     template: assertions.Template
+    nested: list[assertions.Template]
+
+    @property
+    def templates(self) -> list[dict[str, Any]]:
+        return [t.to_json() for t in (self.template, *self.nested)]
 
     @property
     def resources(self) -> dict[str, dict[str, Any]]:
-        return self.template.to_json()["Resources"]  # type: ignore[no-any-return]
+        """Every resource of the stack and its nested stacks, by logical id."""
+        return {k: r for t in self.templates for k, r in t["Resources"].items()}
 
     def of_type(self, kind: str) -> dict[str, dict[str, Any]]:
         return {k: r for k, r in self.resources.items() if r["Type"] == kind}
@@ -73,7 +79,7 @@ class Synth:
         return props
 
     def logical_id(self, construct: Any) -> str:
-        return str(self.stack.get_logical_id(construct.node.default_child))
+        return str(Stack.of(construct).get_logical_id(construct.node.default_child))
 
 
 def synth(
@@ -88,7 +94,9 @@ def synth(
     if producer_queue is not None:
         producer = iam.Role(stack, "Producer", assumed_by=iam.AccountRootPrincipal())
         stack.grant_enqueue(producer, producer_queue)
-    return Synth(stack, assertions.Template.from_stack(stack))
+    template = assertions.Template.from_stack(stack)
+    nested = [assertions.Template.from_stack(group) for group in stack.groups]
+    return Synth(stack, template, nested)
 
 
 def render(value: Any) -> Any:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 from cdk_support import Synth, render, synth
-from s3queue.config import ConfigError
+from s3queue.config import ConfigError, QueueMap
 from s3queue_cdk.stack import FUNCTIONS_DIR
 
 pytestmark = pytest.mark.cdk
@@ -45,10 +45,12 @@ def test_a_new_module_adds_one_worker(default: Synth, extended: Synth) -> None:
 
 def test_the_new_queue_is_wired_everywhere(extended: Synth) -> None:
     coordinator_env = render(extended.coordinator()["Environment"]["Variables"])
-    assert '"resize_image":{"function":' in coordinator_env["S3QUEUE_QUEUES"]
+    queues = QueueMap.decode(coordinator_env["S3QUEUE_QUEUES"])
+    assert queues.functions["resize_image"] == "S3Queue_resize_image"
+    assert queues.settings["resize_image"].visibility_timeout == 300
     bucket_id = extended.logical_id(extended.stack.storage.bucket)
     rules = extended.resources[bucket_id]["Properties"]["LifecycleConfiguration"]["Rules"]
-    assert {"resize_image-done", "resize_image-ids", "resize_image-dlq"} <= {r["Id"] for r in rules}
+    assert {"resize_image-ids", "resize_image-dlq"} <= {r["Id"] for r in rules}
     alarms = [
         a["Properties"]["AlarmName"] for a in extended.of_type("AWS::CloudWatch::Alarm").values()
     ]
@@ -69,7 +71,7 @@ def test_a_queue_may_be_named_like_a_component(tmp_path: Path) -> None:
     (functions / "handlers" / "coordinator.py").write_text(NEW_HANDLER)
     alarms = synth(functions_dir=functions).of_type("AWS::CloudWatch::Alarm").values()
     names = {alarm["Properties"]["AlarmName"] for alarm in alarms}
-    assert {"S3Queue-coordinator-worker-errors", "S3Queue-coordinator-errors"} <= names
+    assert {"S3Queue-coordinator-worker", "S3Queue-coordinator-errors"} <= names
 
 
 def test_a_module_with_bad_settings_fails_the_synth_naming_the_file(tmp_path: Path) -> None:

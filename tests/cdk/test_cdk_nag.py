@@ -13,12 +13,16 @@ from s3queue_cdk.app import build
 
 pytestmark = pytest.mark.cdk
 ACKNOWLEDGED = "aws:cdk:acknowledged-rules"
-# The only findings the stack may acknowledge: runtime pin, X-Ray's Resource '*', and
-# object wildcards under one queue's prefix.
+# The only findings the stack may acknowledge: runtime pin, X-Ray's Resource '*', object
+# wildcards under one queue's prefix (or the stack's, for the coordinator), and the
+# coordinator's invoke of the stack's `<stack>_*` workers.
 ALLOWED = re.compile(
     r"^AwsSolutions::AwsSolutions-(L1"
     r"|IAM5\[Resource::\*\]"
-    r"|IAM5\[Resource::<StorageBucket[0-9A-F]{8}\.Arn>/[\w/.-]+/[a-z0-9][a-z0-9_-]*/(inbox/)?\*\])$"
+    r"|IAM5\[Resource::(<StorageBucket[0-9A-F]{8}\.Arn>|<BucketArn>)/[\w/.-]+/"
+    r"([a-z0-9][a-z0-9_-]*/(inbox/)?)?\*\]"
+    r"|IAM5\[Resource::arn:<AWS::Partition>:lambda:<AWS::Region>:<AWS::AccountId>:function:"
+    r"[A-Za-z][A-Za-z0-9-]*_\*\])$"
 )
 
 
@@ -46,8 +50,14 @@ def test_every_acknowledgement_is_narrow_and_reasoned(name: str, request: Any) -
 def test_prefix_wildcards_are_acknowledged_once_per_granted_prefix(default: Synth) -> None:
     found = acknowledgements(default)
     role = default.stack.coordinator.runtime.role.node.path
-    prefixes = [rule for rule in found[role] if "/s3queue/" in rule]
-    assert len(prefixes) == len(default.stack.handlers)
+    assert [rule for rule in found[role] if "/s3queue/" in rule] == [
+        f"AwsSolutions::AwsSolutions-IAM5[Resource::<{default.logical_id(default.stack.storage.bucket)}.Arn>/s3queue/*]"
+    ]
+    for queue, worker in default.stack.workers.items():
+        rules = [rule for rule in found[worker.runtime.role.node.path] if "/s3queue/" in rule]
+        assert rules == [
+            f"AwsSolutions::AwsSolutions-IAM5[Resource::<BucketArn>/s3queue/{queue}/*]"
+        ]
 
 
 def test_nag_fails_the_synth_on_an_unacknowledged_finding() -> None:

@@ -6,8 +6,7 @@ from typing import Any
 
 import pytest
 from cdk_support import Synth, render
-from s3queue.config import ConfigError
-from s3queue.discovery import discover_handlers
+from s3queue.config import ConfigError, discover_handlers
 from s3queue_cdk.stack import FUNCTIONS_DIR
 
 pytestmark = pytest.mark.cdk
@@ -45,46 +44,46 @@ def test_no_s3_wildcard_action_or_resource_anywhere(name: str, request: Any) -> 
 
 
 def test_each_worker_reaches_only_its_own_queue_prefix(default: Synth) -> None:
-    bucket = f"<{default.logical_id(default.stack.storage.bucket)}.Arn>"
-    for queue, worker in default.stack.workers.by_queue.items():
+    assert default.stack.workers
+    for queue, worker in default.stack.workers.items():
         found = s3_statements(statements(default, worker.runtime.role))
         assert found == [
             {
                 "Action": "s3:ListBucket",
                 "Condition": {"StringLike": {"s3:prefix": [f"s3queue/{queue}/*"]}},
                 "Effect": "Allow",
-                "Resource": bucket,
+                "Resource": "<BucketArn>",
             },
             {
                 "Action": OBJECT_ACTIONS,
                 "Effect": "Allow",
-                "Resource": f"{bucket}/s3queue/{queue}/*",
+                "Resource": f"<BucketArn>/s3queue/{queue}/*",
             },
         ]
 
 
-def test_coordinator_reaches_every_queue_prefix_and_invokes_exactly_the_workers(
+def test_coordinator_reaches_the_stack_prefix_and_invokes_only_the_stack_workers(
     default: Synth,
 ) -> None:
     bucket = f"<{default.logical_id(default.stack.storage.bucket)}.Arn>"
     found = statements(default, default.stack.coordinator.runtime.role)
     (listing,) = [s for s in found if s["Action"] == "s3:ListBucket"]
-    assert listing["Condition"] == {
-        "StringLike": {"s3:prefix": [f"s3queue/{queue}/*" for queue in QUEUES]}
-    }
+    assert listing["Condition"] == {"StringLike": {"s3:prefix": ["s3queue/*"]}}
     (objects,) = [s for s in found if s["Action"] == OBJECT_ACTIONS]
-    assert sorted(as_list(objects["Resource"])) == [f"{bucket}/s3queue/{q}/*" for q in QUEUES]
+    assert objects["Resource"] == f"{bucket}/s3queue/*"
     (invoke,) = [s for s in found if "lambda:InvokeFunction" in as_list(s["Action"])]
-    workers = default.stack.workers.by_queue
-    assert sorted(as_list(invoke["Resource"])) == sorted(
-        f"<{default.logical_id(workers[q].function)}.Arn>" for q in QUEUES
+    assert invoke["Resource"] == (
+        "arn:<AWS::Partition>:lambda:<AWS::Region>:<AWS::AccountId>:function:S3Queue_*"
     )
+    workers = {p["FunctionName"] for p in default.workers().values()}
+    assert workers == {f"S3Queue_{q}" for q in QUEUES}
 
 
 def test_functions_get_nothing_else(default: Synth) -> None:
-    for role in [default.stack.coordinator.runtime.role] + [
-        w.runtime.role for w in default.stack.workers.by_queue.values()
-    ]:
+    roles = [default.stack.coordinator.runtime.role]
+    roles += [w.runtime.role for w in default.stack.workers.values()]
+    assert len(roles) == len(QUEUES) + 1
+    for role in roles:
         actions = {a for s in statements(default, role) for a in as_list(s["Action"])}
         assert actions <= {
             "logs:CreateLogStream",
@@ -95,8 +94,10 @@ def test_functions_get_nothing_else(default: Synth) -> None:
             *OBJECT_ACTIONS,
             "lambda:InvokeFunction",
         }
-    roles = default.of_type("AWS::IAM::Role").values()
-    assert not [r for r in roles if r["Properties"].get("ManagedPolicyArns")]
+        assert "s3:ListBucket" in actions
+    iam_roles = default.of_type("AWS::IAM::Role").values()
+    assert len(iam_roles) >= len(roles)
+    assert not [r for r in iam_roles if r["Properties"].get("ManagedPolicyArns")]
 
 
 def test_grant_enqueue_allows_put_into_the_inbox_only(variant: Synth) -> None:
@@ -110,8 +111,29 @@ def test_grant_enqueue_allows_put_into_the_inbox_only(variant: Synth) -> None:
             "Effect": "Allow",
             "Resource": f"{bucket}/jobs/prod/send_email/inbox/*",
         },
-        {"Action": ["kms:Decrypt", "kms:GenerateDataKey"], "Effect": "Allow", "Resource": key},
+        {
+            "Action": ["kms:Decrypt", "kms:GenerateDataKey"],
+            "Condition": {"StringEquals": {"kms:ViaService": "s3.<AWS::Region>.amazonaws.com"}},
+            "Effect": "Allow",
+            "Resource": key,
+        },
     ]
+
+
+def test_each_queue_has_a_managed_enqueue_policy_and_an_output(default: Synth) -> None:
+    policies = {
+        p["Properties"]["ManagedPolicyName"]: render(p["Properties"]["PolicyDocument"])
+        for p in default.of_type("AWS::IAM::ManagedPolicy").values()
+    }
+    assert sorted(policies) == [f"S3Queue-{q}-enqueue" for q in QUEUES]
+    for queue in QUEUES:
+        (statement,) = policies[f"S3Queue-{queue}-enqueue"]["Statement"]
+        assert statement["Action"] == "s3:PutObject"
+        assert statement["Resource"] == f"<BucketArn>/s3queue/{queue}/inbox/*"
+    outputs = [render(o["Value"]) for o in default.template.to_json()["Outputs"].values()]
+    for queue in QUEUES:
+        arn = f"arn:<AWS::Partition>:iam::<AWS::AccountId>:policy/S3Queue-{queue}-enqueue"
+        assert render(arn) in outputs
 
 
 def test_grant_enqueue_rejects_an_unknown_queue(default: Synth) -> None:
@@ -119,14 +141,14 @@ def test_grant_enqueue_rejects_an_unknown_queue(default: Synth) -> None:
         default.stack.grant_enqueue(default.stack.coordinator.runtime.role, "nope")
 
 
-def test_with_kms_functions_may_use_the_key_and_only_it(variant: Synth) -> None:
-    assert variant.stack.storage.key is not None
-    key = f"<{variant.logical_id(variant.stack.storage.key)}.Arn>"
-    for worker in variant.stack.workers.by_queue.values():
+def test_with_kms_functions_may_use_the_key_through_s3_only(variant: Synth) -> None:
+    assert variant.stack.workers
+    for worker in variant.stack.workers.values():
         found = statements(variant, worker.runtime.role)
         (kms,) = [s for s in found if str(s["Action"]).startswith("['kms:")]
         assert kms == {
             "Action": ["kms:Decrypt", "kms:GenerateDataKey"],
+            "Condition": {"StringEquals": {"kms:ViaService": "s3.<AWS::Region>.amazonaws.com"}},
             "Effect": "Allow",
-            "Resource": key,
+            "Resource": "<KeyArn>",
         }

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 from aws_cdk import assertions
@@ -16,9 +17,10 @@ from s3queue.config import (
     ENV_SETTINGS,
     Environment,
     QueueSettings,
+    discover_handlers,
 )
-from s3queue.discovery import discover_handlers
 from s3queue_cdk.stack import FUNCTIONS_DIR
+from s3queue_cdk.workers import deployed_settings
 
 pytestmark = pytest.mark.cdk
 Match = assertions.Match
@@ -57,15 +59,16 @@ def test_every_bucket_denies_plain_http_and_old_tls(default: Synth) -> None:
         )
 
 
-def test_lifecycle_expires_done_ids_and_dlq_per_queue(default: Synth) -> None:
+def test_lifecycle_expires_ids_and_dlq_per_queue(default: Synth) -> None:
     bucket_id = default.logical_id(default.stack.storage.bucket)
     rules = default.resources[bucket_id]["Properties"]["LifecycleConfiguration"]["Rules"]
     by_prefix = {rule.get("Prefix"): rule for rule in rules}
     for queue in HANDLERS:
-        assert by_prefix[f"s3queue/{queue}/done/"]["ExpirationInDays"] == 7
         assert by_prefix[f"s3queue/{queue}/ids/"]["ExpirationInDays"] == 7
         assert by_prefix[f"s3queue/{queue}/dlq/"]["ExpirationInDays"] == 14
     assert by_prefix[None]["AbortIncompleteMultipartUpload"] == {"DaysAfterInitiation": 1}
+    assert len(rules) == 2 * len(HANDLERS) + 1
+    assert not [p for p in by_prefix if p and "/done/" in p], "no rule for the dead done/ prefix"
     # Nothing that holds live work ever expires.
     live = ("/msg/", "/inbox/", "/tickets/")
     assert not [p for p in by_prefix if p and any(part in p for part in live)]
@@ -113,10 +116,10 @@ def test_layer_and_public_powertools_layer(default: Synth) -> None:
     for props in [default.coordinator(), *default.workers().values()]:
         powertools, s3queue = props["Layers"]
         assert render(powertools) == (
-            "arn:aws:lambda:<AWS::Region>:017000801446:layer:"
+            "arn:<AWS::Partition>:lambda:<AWS::Region>:017000801446:layer:"
             "AWSLambdaPowertoolsPythonV3-python312-arm64:27"
         )
-        assert s3queue == {"Ref": layer_id}
+        assert s3queue in ({"Ref": layer_id}, {"Ref": "LayerArn"})
 
 
 def test_one_worker_per_handler_module_sized_by_its_settings(default: Synth) -> None:
@@ -149,7 +152,9 @@ def test_worker_environment_is_what_the_worker_reads(default: Synth) -> None:
         parsed = Environment.from_env({k: str(render(v)) for k, v in env.items()})
         assert parsed.queue == queue
         assert parsed.prefix == "s3queue"
-        assert parsed.settings == HANDLERS[queue].settings
+        assert parsed.settings == deployed_settings(HANDLERS[queue].settings, True)
+        # No more tickets in flight than the worker may run at once.
+        assert parsed.settings.max_in_flight_tickets <= props["ReservedConcurrentExecutions"]
 
 
 def test_coordinator_environment_names_every_worker(default: Synth) -> None:
@@ -163,11 +168,12 @@ def test_coordinator_environment_names_every_worker(default: Synth) -> None:
         "POWERTOOLS_METRICS_NAMESPACE",
     }
     parsed = Environment.from_env({k: str(render(v)) for k, v in env.items()})
-    workers = default.stack.workers.by_queue
-    assert sorted(parsed.queues) == sorted(HANDLERS)
-    for queue, entry in parsed.queues.items():
-        assert entry["function"] == f"<{default.logical_id(workers[queue].function)}>"
-        assert QueueSettings.from_mapping(entry["settings"]) == HANDLERS[queue].settings
+    workers = default.workers()
+    assert sorted(parsed.queues.functions) == sorted(HANDLERS)
+    for queue, function in parsed.queues.functions.items():
+        assert function == workers[queue]["FunctionName"]
+        assert parsed.queues.settings[queue] == deployed_settings(HANDLERS[queue].settings, True)
+        assert parsed.queues.settings[queue].max_in_flight_tickets <= QueueSettings().concurrency
 
 
 def test_coordinator_runs_every_minute_with_small_concurrency(default: Synth) -> None:
@@ -208,56 +214,180 @@ def test_low_latency_starts_the_coordinator_on_new_messages(variant: Synth) -> N
     assert not [p for p in functions if "ReservedConcurrentExecutions" in p]
 
 
-def test_alarms_per_queue_and_for_the_coordinator(default: Synth) -> None:
-    alarms = [a["Properties"] for a in default.of_type("AWS::CloudWatch::Alarm").values()]
-    assert len(alarms) == 3 * len(HANDLERS) + 1
+def metric_ids(alarm: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """A metric-math alarm's metrics by id: namespace, name, dimensions and statistic."""
+    found = {}
+    for query in alarm.get("Metrics", []):
+        if "MetricStat" in query:
+            stat = query["MetricStat"]
+            metric = stat["Metric"]
+            found[query["Id"]] = {
+                "name": metric["MetricName"],
+                "namespace": metric["Namespace"],
+                "dims": {d["Name"]: render(d["Value"]) for d in metric.get("Dimensions", [])},
+                "stat": stat["Stat"],
+            }
+    return found
+
+
+def alarms_by_name(synth: Synth) -> dict[str, dict[str, Any]]:
+    return {
+        a["Properties"]["AlarmName"]: a["Properties"]
+        for a in synth.of_type("AWS::CloudWatch::Alarm").values()
+    }
+
+
+def test_every_alarm_notifies_the_topic(default: Synth) -> None:
+    alarms = alarms_by_name(default)
+    assert len(alarms) == 3 * len(HANDLERS) + 2
     topic_id = default.logical_id(default.stack.monitoring.topic)
-    for alarm in alarms:
-        assert alarm["AlarmActions"] == [{"Ref": topic_id}]
+    for alarm in alarms.values():
+        assert render(alarm["AlarmActions"]) in ([f"<{topic_id}>"], ["<TopicArn>"])
+
+
+def test_a_dead_letter_fires_the_alarm_whenever_it_happens(default: Synth) -> None:
     for queue in HANDLERS:
+        alarm = alarms_by_name(default)[f"S3Queue-{queue}-dead-letters"]
         dims = {"queue": queue, "service": metric_names.SERVICE}
-        mine = {
-            a["MetricName"]: a
-            for a in alarms
-            if {d["Name"]: d["Value"] for d in a.get("Dimensions", [])} == dims
+        metrics = metric_ids(alarm)
+        # the workers' count of moves, summed: published when it happens, idle or not
+        assert metrics["lettered"] == {
+            "name": metric_names.DEAD_LETTERED,
+            "namespace": metric_names.NAMESPACE,
+            "dims": dims,
+            "stat": "Sum",
         }
-        dead, age = mine[metric_names.DEAD_LETTERS], mine[metric_names.OLDEST_MESSAGE_AGE]
-        assert (dead["Namespace"], dead["Threshold"]) == (metric_names.NAMESPACE, 0)
-        assert dead["ComparisonOperator"] == "GreaterThanThreshold"
+        assert metrics["letters"]["name"] == metric_names.DEAD_LETTERS
+        (expression,) = [m for m in alarm["Metrics"] if "Expression" in m]
+        assert expression["Expression"] == "FILL(lettered, 0) + FILL(letters, 0)"
+        assert expression["ReturnData"] is True
+        assert (alarm["Threshold"], alarm["ComparisonOperator"]) == (0, "GreaterThanThreshold")
+        assert alarm["TreatMissingData"] == "notBreaching"
+
+
+def test_the_worker_alarm_sums_errors_throttles_and_dropped_events(default: Synth) -> None:
+    for queue in HANDLERS:
+        alarm = alarms_by_name(default)[f"S3Queue-{queue}-worker"]
+        metrics = metric_ids(alarm)
+        assert {m["name"] for m in metrics.values()} == {
+            "Errors",
+            "Throttles",
+            "AsyncEventsDropped",
+        }
+        for metric in metrics.values():
+            assert metric["namespace"] == "AWS/Lambda"
+            assert metric["dims"] == {"FunctionName": f"S3Queue_{queue}"}
+        assert alarm["Threshold"] == 1
+
+
+def test_a_silent_coordinator_raises_an_alarm(default: Synth) -> None:
+    alarm = alarms_by_name(default)["S3Queue-coordinator-silent"]
+    assert alarm["MetricName"] == "Invocations"
+    assert render(alarm["Dimensions"]) == [
+        {
+            "Name": "FunctionName",
+            "Value": f"<{default.logical_id(default.stack.coordinator.function)}>",
+        }
+    ]
+    assert (alarm["Statistic"], alarm["Period"]) == ("Sum", 300)
+    assert (alarm["Threshold"], alarm["ComparisonOperator"]) == (1, "LessThanThreshold")
+    assert alarm["TreatMissingData"] == "breaching"
+
+
+def test_age_alarm_threshold(default: Synth) -> None:
+    for queue in HANDLERS:
+        age = alarms_by_name(default)[f"S3Queue-{queue}-oldest-message-age"]
         assert (age["Threshold"], age["ComparisonOperator"]) == (900, "GreaterThanThreshold")
-    errors = [a for a in alarms if a["MetricName"] == "Errors"]
-    assert len(errors) == len(HANDLERS) + 1
-    assert {a["Namespace"] for a in errors} == {"AWS/Lambda"}
+        assert age["MetricName"] == metric_names.OLDEST_MESSAGE_AGE
 
 
-def test_topic_enforces_tls_and_subscribes_the_email(default: Synth, variant: Synth) -> None:
+def test_topic_enforces_tls_and_lets_only_this_accounts_alarms_publish(
+    default: Synth, variant: Synth
+) -> None:
     for synth in (default, variant):
         (policy,) = synth.of_type("AWS::SNS::TopicPolicy").values()
-        statements = policy["Properties"]["PolicyDocument"]["Statement"]
+        statements = render(policy["Properties"]["PolicyDocument"]["Statement"])
         assert any(s["Effect"] == "Deny" and "aws:SecureTransport" in str(s) for s in statements)
+        (allow,) = [s for s in statements if s["Effect"] == "Allow"]
+        topic = f"<{synth.logical_id(synth.stack.monitoring.topic)}>"
+        assert allow == {
+            "Sid": "AllowCloudWatchAlarms",
+            "Effect": "Allow",
+            "Principal": {"Service": "cloudwatch.amazonaws.com"},
+            "Action": "sns:Publish",
+            "Resource": topic,
+            "Condition": {
+                "StringEquals": {"aws:SourceAccount": "<AWS::AccountId>"},
+                "ArnLike": {
+                    "aws:SourceArn": "arn:<AWS::Partition>:cloudwatch:<AWS::Region>:"
+                    "<AWS::AccountId>:alarm:*"
+                },
+            },
+        }
     assert not default.of_type("AWS::SNS::Subscription")
     variant.template.has_resource_properties(
         "AWS::SNS::Subscription", {"Protocol": "email", "Endpoint": "ops@example.com"}
     )
+
+
+def test_under_kms_the_key_serves_only_this_accounts_alarms_and_logs(variant: Synth) -> None:
     assert variant.stack.storage.key is not None
     key_id = variant.logical_id(variant.stack.storage.key)
     variant.template.has_resource_properties(
         "AWS::SNS::Topic", {"KmsMasterKeyId": {"Fn::GetAtt": [key_id, "Arn"]}}
     )
-    key_policy = variant.resources[key_id]["Properties"]["KeyPolicy"]["Statement"]
-    assert any(s["Principal"] == {"Service": "cloudwatch.amazonaws.com"} for s in key_policy)
+    key_policy = render(variant.resources[key_id]["Properties"]["KeyPolicy"]["Statement"])
+    (cloudwatch,) = [
+        s for s in key_policy if s["Principal"] == {"Service": "cloudwatch.amazonaws.com"}
+    ]
+    assert cloudwatch["Condition"]["StringEquals"] == {"aws:SourceAccount": "<AWS::AccountId>"}
+    (logs,) = [s for s in key_policy if "logs." in str(s["Principal"])]
+    assert "kms:EncryptionContext:aws:logs:arn" in logs["Condition"]["ArnLike"]
+    log_groups = variant.of_type("AWS::Logs::LogGroup").values()
+    assert len(log_groups) == len(HANDLERS) + 1
+    for group in log_groups:
+        assert render(group["Properties"]["KmsKeyId"]) in (f"<{key_id}.Arn>", "<KeyArn>")
+
+
+def dashboard_expressions(synth: Synth) -> list[str]:
+    (dashboard,) = synth.of_type("AWS::CloudWatch::Dashboard").values()
+    body = json.loads(render(dashboard["Properties"]["DashboardBody"]))
+    found = []
+    for widget in body["widgets"]:
+        for metric in widget["properties"].get("metrics", []):
+            found += [m["expression"] for m in metric if isinstance(m, dict) and "expression" in m]
+    return found
 
 
 def test_dashboard_shows_every_metric_of_every_queue(default: Synth) -> None:
+    expressions = dashboard_expressions(default)
+    for name in (*metric_names.COORDINATOR_METRICS, *metric_names.WORKER_METRICS):
+        assert any(
+            f'{{S3Queue,queue,service}} MetricName="{name}" service="s3queue"' in e
+            for e in expressions
+        ), name
+    for name in ("Errors", "Throttles", "AsyncEventsDropped", "AsyncEventAge"):
+        assert any(
+            f'{{AWS/Lambda,FunctionName}} MetricName="{name}" FunctionName=S3Queue' in e
+            for e in expressions
+        ), name
     (dashboard,) = default.of_type("AWS::CloudWatch::Dashboard").values()
     body = json.dumps(render(dashboard["Properties"]["DashboardBody"]))
-    for name in (*metric_names.COORDINATOR_METRICS, *metric_names.WORKER_METRICS):
-        assert f'\\"{name}\\"' in body, name
     for queue in HANDLERS:
-        assert f'\\"queue\\",\\"{queue}\\"' in body
-    assert metric_names.NAMESPACE in body
+        assert f"alarm:S3Queue-{queue}-dead-letters" in body
+    assert "alarm:S3Queue-coordinator-silent" in body
 
 
-def test_outputs_name_the_bucket_topic_and_dashboard(default: Synth) -> None:
+def test_outputs_name_what_a_user_needs(default: Synth, variant: Synth) -> None:
     outputs = default.template.to_json()["Outputs"]
-    assert {"BucketName", "AlarmTopicArn", "DashboardName"} <= set(outputs)
+    assert {
+        "BucketName",
+        "BucketArn",
+        "Prefix",
+        "AlarmTopicArn",
+        "DashboardName",
+        "CoordinatorFunctionName",
+        "WorkerFunctionNames",
+    } <= set(outputs)
+    assert "KeyArn" not in outputs
+    assert "KeyArn" in variant.template.to_json()["Outputs"]

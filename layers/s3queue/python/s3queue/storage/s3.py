@@ -404,3 +404,20 @@ def make_client(
         config=config,
         **keys,
     )
+
+
+def make_lambda_client(
+    region: str | None = None, *, connect_timeout: float = 2.0, read_timeout: float = 10.0
+) -> Any:
+    """A boto3 Lambda client for the coordinator's asynchronous invokes (lives here with boto3).
+
+    Its endpoint is the SDK's (``AWS_ENDPOINT_URL_LAMBDA`` redirects it, as the deployment
+    rehearsal does); an ``Event`` invoke is retried three times at most, then the coordinator
+    invokes the ticket again after ``dispatch_timeout``.
+    """
+    config = Config(
+        retries={"mode": "standard", "max_attempts": 3},
+        connect_timeout=connect_timeout,
+        read_timeout=read_timeout,
+    )
+    return boto3.session.Session().client("lambda", region_name=region, config=config)

@@ -1,0 +1,53 @@
+"""Names the stack, the functions and the core must agree on: key segments and function names.
+
+Pure: no I/O, no imports from the rest of the package, so the CDK app may import it (with
+`s3queue.config` and `s3queue.metric_names`) without loading queue logic. `s3queue.keys`
+builds every key of a queue from these segments::
+
+    <prefix>/<queue>/coordinator  dlq/  ids/  inbox/  msg/  tickets/
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+
+QUEUE_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
+"""A queue name: the handler module's file name, a key segment and part of resource names."""
+
+LEASE = "coordinator"
+DLQ = "dlq/"
+IDS = "ids/"
+INBOX = "inbox/"
+MSG = "msg/"
+TICKETS = "tickets/"
+EXPIRING_SEGMENTS = (IDS, DLQ)
+"""What a lifecycle rule may expire: dedup markers and dead letters, never live work."""
+
+STACK_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9-]{0,39}$")
+"""A stack name short enough to prefix every worker's function name."""
+FUNCTION_NAME_MAX = 64
+WORKER_SEPARATOR = "_"
+"""Between stack and queue in a worker's name; stack names have no ``_``, so no other stack's
+worker name starts with ``<stack>_`` (the coordinator's invoke permission relies on it)."""
+_HASH_CHARS = 8
+
+
+def queue_root(prefix: str, queue: str) -> str:
+    """``<prefix>/<queue>/``: every key of the queue starts with it."""
+    return f"{prefix}/{queue}/"
+
+
+def worker_function_prefix(stack_name: str) -> str:
+    """What every worker function name of the stack starts with, and no other function's."""
+    return stack_name + WORKER_SEPARATOR
+
+
+def worker_function_name(stack_name: str, queue: str) -> str:
+    """``<stack>_<queue>``, or a hash-suffixed cut of it when over Lambda's 64 characters."""
+    name = worker_function_prefix(stack_name) + queue
+    if len(name) <= FUNCTION_NAME_MAX:
+        return name
+    digest = hashlib.sha256(queue.encode()).hexdigest()[:_HASH_CHARS]
+    keep = FUNCTION_NAME_MAX - len(worker_function_prefix(stack_name)) - _HASH_CHARS - 1
+    return f"{worker_function_prefix(stack_name)}{queue[:keep]}-{digest}"

@@ -1,0 +1,80 @@
+"""Run one Lambda invocation as the service would: ``python lambda_bootstrap.py SPEC_JSON``.
+
+The deployment rehearsal starts this in a fresh process per invocation, with exactly the
+function's template environment plus what Lambda itself sets, the function's asset as the
+task root (first on ``sys.path``, and the working directory) and the layer asset's
+``python/`` after it. Every AWS SDK call the function makes is appended to the file named by
+``REHEARSAL_CALLS`` (removed from the environment before the handler's module loads). The
+event is read from stdin; the handler's result is the last stdout line, after `RESULT`.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import sys
+import threading
+import time
+import uuid
+from typing import Any
+
+RESULT = "REHEARSAL-RESULT "
+KEPT_PARAMS = ("Bucket", "Key", "Prefix", "StartAfter", "CopySource", "FunctionName")
+
+
+class Context:
+    """The attributes of a Lambda context the functions and Powertools read."""
+
+    def __init__(self, name: str, memory: int, timeout_s: int) -> None:
+        self.function_name = name
+        self.function_version = "$LATEST"
+        self.memory_limit_in_mb = memory
+        self.aws_request_id = str(uuid.uuid4())
+        self.invoked_function_arn = f"arn:aws:lambda:us-east-1:123456789012:function:{name}"
+        self.log_group_name = f"/aws/lambda/{name}"
+        self.log_stream_name = "rehearsal"
+        self._deadline = time.monotonic() + timeout_s
+
+    def get_remaining_time_in_millis(self) -> int:
+        return max(0, int((self._deadline - time.monotonic()) * 1000))
+
+
+def record_calls(path: str) -> None:
+    """Append every botocore API call (service, operation, the params that name resources)."""
+    import botocore.client
+
+    lock = threading.Lock()
+    original = botocore.client.BaseClient._make_api_call
+
+    def recorded(client: Any, operation: str, params: dict[str, Any]) -> Any:
+        kept: dict[str, Any] = {k: params[k] for k in KEPT_PARAMS if k in params}
+        if operation == "DeleteObjects":
+            kept["Keys"] = [o["Key"] for o in params["Delete"]["Objects"]]
+        line = {"service": client.meta.service_model.service_name, "operation": operation}
+        with lock, open(path, "a", encoding="utf-8") as out:
+            out.write(json.dumps({**line, "params": kept}) + "\n")
+        return original(client, operation, params)
+
+    botocore.client.BaseClient._make_api_call = recorded  # type: ignore[method-assign]
+
+
+def main() -> None:
+    spec = json.loads(sys.argv[1])
+    sys.path[0:1] = [spec["task_root"], spec["layer_python"]]
+    os.chdir(spec["task_root"])
+    record_calls(os.environ.pop("REHEARSAL_CALLS"))
+    import s3queue
+
+    if not s3queue.__file__ or not s3queue.__file__.startswith(spec["layer_python"]):
+        raise SystemExit(f"s3queue loaded from {s3queue.__file__}, not the layer asset")
+    module_name, _, function_name = spec["handler"].rpartition(".")
+    handler = getattr(importlib.import_module(module_name), function_name)
+    context = Context(spec["name"], spec["memory"], spec["timeout"])
+    result = handler(json.loads(sys.stdin.read()), context)
+    sys.stdout.flush()
+    print(RESULT + json.dumps(result, default=str), flush=True)
+
+
+if __name__ == "__main__":
+    main()
