@@ -38,6 +38,10 @@ class Crash(BaseException):
     """A process dying mid-function (Lambda timeout, OOM): Powertools cleans nothing up."""
 
 
+def crash(order: dict[str, Any]) -> None:
+    raise Crash
+
+
 @dataclass
 class LambdaContext:
     """The part of Lambda's context object Powertools reads."""
@@ -143,9 +147,6 @@ def test_a_call_while_another_is_in_progress_raises_already_in_progress(
     config_a = IdempotencyConfig(event_key_jmespath="id")
     config_a.register_lambda_context(LambdaContext(remaining_ms=60_000))
 
-    def crash(order: dict[str, Any]) -> None:
-        raise Crash
-
     charge_a, _ = guarded(layer(storage, clock), crash, config_a)
     with pytest.raises(Crash):
         charge_a(order={"id": "o-1", "amount": 5})
@@ -177,9 +178,6 @@ def test_a_reentrant_call_sees_its_own_record_in_progress(
 def test_without_remaining_time_an_in_progress_record_blocks_until_it_expires(
     storage: MemoryStorage, clock: FakeClock
 ) -> None:
-    def crash(order: dict[str, Any]) -> None:
-        raise Crash
-
     crashing, _ = guarded(layer(storage, clock), crash)
     with pytest.warns(UserWarning, match="remaining time"), pytest.raises(Crash):
         crashing(order={"id": "o-1", "amount": 5})
@@ -195,9 +193,6 @@ def test_without_remaining_time_an_in_progress_record_blocks_until_it_expires(
 def test_in_progress_ttl_bounds_a_record_without_remaining_time(
     storage: MemoryStorage, clock: FakeClock
 ) -> None:
-    def crash(order: dict[str, Any]) -> None:
-        raise Crash
-
     crashing, _ = guarded(layer(storage, clock, in_progress_ttl=30), crash)
     with pytest.raises(Crash):
         crashing(order={"id": "o-1", "amount": 5})
@@ -276,18 +271,39 @@ def test_a_late_owner_neither_overwrites_nor_deletes_the_record_that_replaced_it
 
 
 class InterleavedStorage(MemoryStorage):
-    """Runs `between` once, right after the first GET of a key returns (a paused reader)."""
+    """Runs `before` once just before the next GET, `between` once right after it returns."""
 
     def __init__(self, clock: FakeClock) -> None:
         super().__init__(clock)
+        self.before: Callable[[], None] | None = None
         self.between: Callable[[], None] | None = None
 
     def get(self, key: str) -> Object | None:
+        hook, self.before = self.before, None
+        if hook is not None:
+            hook()
         found = super().get(key)
         hook, self.between = self.between, None
         if hook is not None:
             hook()
         return found
+
+
+def test_a_record_deleted_between_the_refused_create_and_the_read_is_created_again(
+    clock: FakeClock,
+) -> None:
+    # GIVEN B is in progress; A's create is refused, and B fails (deleting its record) before
+    # A reads it WHEN A goes on THEN it creates the record again and runs
+    storage = InterleavedStorage(clock)
+    charge_a, calls_a = guarded(layer(storage, clock))
+    crashing, _ = guarded(layer(storage, clock), crash)
+    with pytest.raises(Crash):
+        crashing(order={"id": "o-1", "amount": 5})
+    (key,) = records(storage)
+    storage.before = lambda: storage.delete(key)
+    assert charge_a(order={"id": "o-1", "amount": 5}) == {"charged": 5, "run": 1}
+    assert len(calls_a) == 1
+    assert records(storage)[key]["status"] == "COMPLETED"
 
 
 def test_two_callers_replacing_one_expired_record_exactly_one_wins(clock: FakeClock) -> None:
