@@ -61,7 +61,6 @@ except ImportError as exc:  # pragma: no cover - depends on the installation
 log = logging.getLogger(__name__)
 
 INPROGRESS = STATUS_CONSTANTS["INPROGRESS"]
-COMPLETED = STATUS_CONSTANTS["COMPLETED"]
 RECORDS_DIR = "_idempotency"
 PUT_ATTEMPTS = 3
 """Rounds of create / read / replace before giving up to the caller's `get_record`."""
