@@ -357,6 +357,9 @@ def test_record_keys_quote_the_function_name_under_the_records_prefix(
     store = S3PersistenceLayer(storage=storage, prefix="jobs")
     assert store.records_prefix == "jobs/_idempotency/"
     assert store.key_for("fn.mod.<locals>.f#ab12") == "jobs/_idempotency/fn.mod.%3Clocals%3E.f/ab12"
+    assert (
+        S3PersistenceLayer(storage=storage, queue="q").records_prefix == "s3queue/_idempotency/q/"
+    )
     custom = S3PersistenceLayer(storage=storage, records_prefix="idem/")
     assert custom.key_for("a/b#ff") == "idem/a%2Fb/ff"
 
@@ -365,10 +368,11 @@ def test_from_env_uses_the_bucket_and_prefix_of_the_worker_environment() -> None
     env = {
         "S3QUEUE_BUCKET": "jobs-bucket",
         "S3QUEUE_PREFIX": "jobs",
+        "S3QUEUE_QUEUE": "send_email",
         "S3QUEUE_ENDPOINT_URL": "http://127.0.0.1:9",
     }
     store = S3PersistenceLayer.from_env(env, in_progress_ttl=60)
-    assert store.records_prefix == "jobs/_idempotency/"
+    assert store.records_prefix == "jobs/_idempotency/send_email/"
     assert store.in_progress_ttl == 60
     assert getattr(store.storage, "bucket", None) == "jobs-bucket"
 

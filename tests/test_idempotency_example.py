@@ -37,6 +37,7 @@ def send_email(
 ) -> ModuleType:
     """The module imported the way the worker Lambda imports it: with the stack's variables."""
     monkeypatch.setenv("S3QUEUE_BUCKET", bucket)
+    monkeypatch.setenv("S3QUEUE_QUEUE", "send_email")
     monkeypatch.setenv("S3QUEUE_ENDPOINT_URL", seaweed.endpoint_url)
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", ANY_CREDENTIALS[0])
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", ANY_CREDENTIALS[1])
@@ -62,7 +63,7 @@ def test_a_redelivered_message_does_not_send_its_email_twice(
     send_email.handle(message("01ABD"))
     assert (tmp_path / "send_email_01ABD.eml").is_file()
     storage = S3Storage(shared_s3_client, bucket)
-    entries = storage.list("s3queue/_idempotency/").entries
+    entries = storage.list("s3queue/_idempotency/send_email/").entries
     assert len(entries) == 2
     for entry in entries:
         found = storage.get(entry.key)

@@ -11,10 +11,12 @@ Use it as the ``persistence_store`` of Powertools' ``@idempotent`` / ``@idempote
                          config=IdempotencyConfig(event_key_jmespath="id"))
     def charge(order: dict) -> dict: ...
 
-One object per idempotency key, ``<records_prefix><function>/<hash>`` (default records prefix
-``s3queue/_idempotency/``: a leading ``_`` is never a queue name, so no queue's objects, grants
-or admin calls cover it). The body is JSON: status, expiration (s), in-progress expiration (ms),
-response data, payload hash, and a write token that makes every ETag unique.
+One object per idempotency key, ``<records_prefix><function>/<hash>``. The records prefix is
+``<prefix>/_idempotency/``, or ``<prefix>/_idempotency/<queue>/`` with a queue (as `from_env`
+sets on a worker, so each worker can be granted its own queue's records only); a leading ``_``
+is never a queue name, so no queue's objects, grants or admin calls cover it. The body is JSON:
+status, expiration (s), in-progress expiration (ms), response data, payload hash, and a write
+token that makes every ETag unique.
 
 S3 requests per call (a 412 is billed as a PUT, a HEAD as a GET):
 
@@ -70,7 +72,8 @@ class S3PersistenceLayer(BasePersistenceLayer):
     """Powertools' persistence contract on S3 conditional writes, through `Storage`.
 
     ``S3PersistenceLayer(bucket="b")`` makes its own boto3 client; pass ``s3=`` to share one,
-    or ``storage=`` (e.g. ``MemoryStorage()``) to run without S3. ``in_progress_ttl`` (seconds)
+    or ``storage=`` (e.g. ``MemoryStorage()``) to run without S3. ``records_prefix`` overrides
+    the key prefix built from `prefix` and `queue`. ``in_progress_ttl`` (seconds)
     bounds an in-progress record when Powertools knows no Lambda remaining time (no
     ``register_lambda_context``, e.g. inside a queue handler); without it such a record blocks
     until it expires, as in Powertools' DynamoDB layer. `clock` must agree with the wall clock:
@@ -84,6 +87,7 @@ class S3PersistenceLayer(BasePersistenceLayer):
         s3: Any = None,
         storage: Storage | None = None,
         prefix: str = DEFAULT_PREFIX,
+        queue: str | None = None,
         records_prefix: str | None = None,
         in_progress_ttl: float | None = None,
         clock: Clock | None = None,
@@ -95,7 +99,7 @@ class S3PersistenceLayer(BasePersistenceLayer):
 
             storage = S3Storage(s3 if s3 is not None else make_client(), bucket)
         self.storage = storage
-        self.records_prefix = records_prefix or f"{prefix}/{RECORDS_DIR}/"
+        self.records_prefix = records_prefix or records_root(prefix, queue)
         self.in_progress_ttl = in_progress_ttl
         self.clock = clock or SystemClock()
         # The ETag of the record each thread wrote last, per key: its update and delete apply
@@ -105,12 +109,13 @@ class S3PersistenceLayer(BasePersistenceLayer):
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, **options: Any) -> S3PersistenceLayer:
-        """The layer on the bucket, prefix and endpoint of ``S3QUEUE_*`` (as set on a worker)."""
+        """The layer on the bucket, prefix, queue and endpoint in ``S3QUEUE_*`` (on a worker)."""
         from s3queue.storage.s3 import S3Storage, make_client  # noqa: PLC0415 - boto3 on demand
 
         config = Environment.from_env(env)
         storage = S3Storage(make_client(config.endpoint_url), config.bucket)
         options.setdefault("prefix", config.prefix)
+        options.setdefault("queue", config.queue)
         return cls(storage=storage, **options)
 
     def key_for(self, idempotency_key: str) -> str:
@@ -232,6 +237,12 @@ class S3PersistenceLayer(BasePersistenceLayer):
     def _owned_etag(self, key: str) -> str | None:
         """The ETag this thread last wrote at `key` (forgotten now); None: unconditional."""
         return self._owned_etags().pop(key, None)
+
+
+def records_root(prefix: str = DEFAULT_PREFIX, queue: str | None = None) -> str:
+    """Where records live: ``<prefix>/_idempotency/``, and ``<queue>/`` below it for a queue."""
+    root = f"{prefix}/{RECORDS_DIR}/"
+    return f"{root}{queue}/" if queue else root
 
 
 def _encode(record: DataRecord, token: str, with_validation: bool) -> bytes:
