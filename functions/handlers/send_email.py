@@ -5,6 +5,12 @@ available to the template too. An invalid address, an unknown template or a miss
 `PermanentError` (straight to the DLQ: retrying cannot fix the message). "Sending" writes the
 rendered message to the directory named by ``S3QUEUE_OUTBOX``, or logs it when that is unset,
 so the example runs offline.
+
+Sending is made idempotent with Powertools Idempotency and `S3PersistenceLayer`: one record per
+message in the queue's own bucket, so a message redelivered after its e-mail went out (a worker
+that died before committing) is not sent twice. On Lambda the stack sets ``S3QUEUE_BUCKET``;
+offline (``make demo``, unit tests) there is no bucket to keep records in, and e-mails go out
+unguarded.
 """
 
 from __future__ import annotations
@@ -12,12 +18,16 @@ from __future__ import annotations
 import logging
 import os
 import re
+import warnings
 from email.message import EmailMessage
 from pathlib import Path
 from string import Template
 from typing import Any
 
+from aws_lambda_powertools.utilities.idempotency import IdempotencyConfig, idempotent_function
 from s3queue import PermanentError
+from s3queue.config import ENV_BUCKET
+from s3queue.idempotency import S3PersistenceLayer
 from s3queue.model import Message
 
 SETTINGS = {
@@ -46,12 +56,36 @@ ADDRESS = re.compile(r"[A-Za-z0-9.!#$%&'*+/=?^_`{|}~-]+@[A-Za-z0-9-]+(\.[A-Za-z0
 
 logger = logging.getLogger(__name__)
 
+# A record lives a day; the stack's lifecycle rule removes it from the bucket later.
+IDEMPOTENCY = IdempotencyConfig(event_key_jmespath="message", expires_after_seconds=24 * 3600)
+# A handler never sees the Lambda context, so Powertools cannot bound an in-progress record by
+# the remaining time (and warns so): no invocation outlives the worker's timeout instead.
+STORE = (
+    S3PersistenceLayer.from_env(in_progress_ttl=SETTINGS["timeout"])
+    if os.environ.get(ENV_BUCKET)
+    else None
+)
+warnings.filterwarnings("ignore", message="Couldn't determine the remaining time")
+
 
 def handle(message: Message) -> None:
-    """Render the message's e-mail and deliver it to the outbox."""
+    """Render the message's e-mail and send it once per message."""
     email = render(message.body)
-    # One file per idempotency key: a redelivered message overwrites its own e-mail.
-    deliver(email, name=message.idempotency_key.replace(":", "_"))
+    send_once(delivery={"message": message.idempotency_key}, email=email)
+
+
+def send(delivery: dict[str, str], email: EmailMessage) -> None:
+    """Deliver `email`; one file per message, so even unguarded a redelivery overwrites it."""
+    deliver(email, name=delivery["message"].replace(":", "_"))
+
+
+send_once = (
+    send
+    if STORE is None
+    else idempotent_function(
+        data_keyword_argument="delivery", persistence_store=STORE, config=IDEMPOTENCY
+    )(send)
+)
 
 
 def render(body: Any) -> EmailMessage:
