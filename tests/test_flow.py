@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from harness import QUEUE, Harness, Recorder
 from s3queue.config import QueueSettings
+from s3queue.model import encode_records, record_for
 
 
 def test_enqueue_dispatch_handle_delete() -> None:
@@ -155,6 +156,25 @@ def test_idle_probe_with_a_page_of_delayed_messages() -> None:
     assert h.coordinator.probe() is False  # two LISTs: the page, then tickets/
     h.queue.enqueue("now", delay=0)
     assert h.coordinator.probe() is True
+
+
+def test_idle_probe_reads_past_a_page_of_tombstones_and_of_retries_in_backoff() -> None:
+    """The probe took a full page of tombstones (consumed copies, kept an hour) for a page of
+    future messages and said "idle": no tick ran, so none deleted them, and the ready message
+    behind them waited for ever (soak seed 424249: 300 messages stuck)."""
+    for early in ("tombstones", "backoff"):
+        h = Harness()
+        for i in range(1001):
+            name = f"{1_700_000_000_000 + i:013d}-{i:026d}~gZw"
+            if early == "tombstones":
+                h.storage.put(h.queue.keys.msg + name + "~o0000000001-0000000001", b"")
+            else:  # a grouped retry copy keeps its old place, due in an hour
+                body = encode_records([record_for(f"r{i}", i, 0, "g")], "t")
+                h.storage.put(h.queue.keys.msg + name + "~n1700003600000", body)
+        h.clock.advance(5)
+        assert h.coordinator.probe() is False, early  # nothing ready yet
+        h.queue.enqueue("now")
+        assert h.coordinator.probe() is True, early
 
 
 def test_a_handled_explicit_id_message_put_again_is_skipped_not_run() -> None:

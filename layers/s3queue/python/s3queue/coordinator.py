@@ -30,6 +30,9 @@ from s3queue.lease import LeaderLease
 from s3queue.model import Ref, Ticket
 from s3queue.storage.base import Entry, Storage, new_token
 
+PROBE_PAGES = 3
+"""LIST pages an idle probe reads past tombstones and retries in backoff before it gives up."""
+
 Invoker = Callable[[dict[str, Any]], None]
 """Starts a worker on a ticket payload (Lambda ``Event`` invoke, or a local pool)."""
 
@@ -133,22 +136,31 @@ class Coordinator:
 
         What an idle queue costs per scheduled run. Delayed messages alone are not work.
         """
-        page = self.storage.list(self.keys.root, start_after=self.keys.live_start)
-        now = self.clock.now_ms()
-        for entry in page.entries:
-            name = entry.key[len(self.keys.root) :]
-            if name.startswith(("inbox/", "tickets/")):
+        start = self.keys.live_start
+        for _ in range(PROBE_PAGES):
+            page = self.storage.list(self.keys.root, start_after=start)
+            now = self.clock.now_ms()
+            if any(self._is_work(entry, now) for entry in page.entries):
                 return True
-            if entry.size == 0 and name.startswith("msg/"):
-                continue  # a tombstone
-            parsed = parse_msg_name(name[4:]) if name.startswith("msg/") else None
-            if name.startswith("msg/") and (parsed is None or parsed.ready_ms <= now):
-                return True
-        if not page.truncated:
-            return False
-        # Keys sort by visible time, so every msg/ key after a page of future ones is future
-        # too: only tickets could still be work.
-        return bool(self.storage.list(self.keys.tickets, limit=1).entries)
+            if not page.truncated or not page.entries:
+                return False
+            last = self.keys.parse_msg(page.entries[-1].key)
+            if last is not None and last.sort_ms > now:
+                # Keys sort by sort time, so every msg/ key after this one is future too (a
+                # retry in backoff may sort early, but never late): only tickets could be work.
+                return bool(self.storage.list(self.keys.tickets, limit=1).entries)
+            # A page of tombstones, or of retries in backoff sorted in the past: read on.
+            start = page.entries[-1].key
+        return True  # cannot tell within the budget: a tick will look
+
+    def _is_work(self, entry: Entry, now: int) -> bool:
+        name = entry.key[len(self.keys.root) :]
+        if name.startswith(("inbox/", "tickets/")):
+            return True
+        if not name.startswith("msg/") or entry.size == 0:
+            return False  # a tombstone (apply.py), or no live work
+        parsed = parse_msg_name(name[4:])
+        return parsed is None or parsed.ready_ms <= now
 
     def release(self) -> None:
         """Give up the lease now (end of a Lambda invocation) so the next run takes over at once."""
