@@ -43,6 +43,17 @@ def test_key_segments_are_the_ones_keys_builds() -> None:
     assert keys.QUEUE_NAME.pattern == names.QUEUE_NAME.pattern
 
 
+def test_idempotency_records_lie_outside_every_queue() -> None:
+    # The stack grants and expires `_idempotency/<queue>/` by this name; the layer writes there.
+    idempotency = pytest.importorskip("s3queue.idempotency")
+    assert not names.QUEUE_NAME.match(names.IDEMPOTENCY.rstrip("/"))
+    assert names.idempotency_root("jobs/prod") == "jobs/prod/_idempotency/"
+    root = names.idempotency_root("jobs/prod", "send_email")
+    assert root == idempotency.records_root("jobs/prod", "send_email")
+    assert root == "jobs/prod/_idempotency/send_email/"
+    assert not root.startswith(names.queue_root("jobs/prod", "send_email"))
+
+
 def test_worker_names_fit_lambda_and_start_with_the_stack_head() -> None:
     assert names.worker_function_name("S3Queue", "send_email") == "S3Queue_send_email"
     stack = "A" + "b" * 39

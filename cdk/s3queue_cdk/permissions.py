@@ -1,4 +1,4 @@
-"""Least-privilege grants: every S3 permission is scoped to one queue prefix or the stack's.
+"""Least-privilege grants: every S3 permission is scoped to one queue's prefixes or the stack's.
 
 Under KMS every key permission holds only through S3 (``kms:ViaService``): a role that may
 read a queue cannot decrypt anything else with the stack's key.
@@ -28,19 +28,33 @@ KEY_ACTIONS = ["kms:Decrypt", "kms:GenerateDataKey"]
 def grant_queue_access(
     grantee: iam.IGrantable, *, bucket: s3.IBucket, prefix: str, queue: str, key: kms.IKey | None
 ) -> None:
-    """List, read, write and delete under ``<prefix>/<queue>/``, nothing else: one worker."""
-    _grant_prefix(grantee, bucket, names.queue_root(prefix, queue), key)
+    """List, read, write and delete under ``<prefix>/<queue>/`` and the queue's idempotency
+    records ``<prefix>/_idempotency/<queue>/``, nothing else: one worker."""
+    queue_objects = names.queue_root(prefix, queue) + "*"
+    records = names.idempotency_root(prefix, queue) + "*"
+    _grant_prefixes(grantee, bucket, [queue_objects, records], key)
+    _acknowledge_prefixes(grantee, bucket, [queue_objects])
+    principal = grantee.grant_principal
+    if isinstance(principal, Construct):
+        acknowledge(
+            principal,
+            f"IAM5[Resource::{arn_reference(bucket, bucket.bucket_arn)}/{records}]",
+            "Idempotency records are named by function and payload hash, unknown at deploy "
+            "time: the wildcard covers this one queue's records prefix only.",
+        )
 
 
 def grant_stack_access(
     grantee: iam.IGrantable, *, bucket: s3.IBucket, prefix: str, key: kms.IKey | None
 ) -> None:
-    """The same rights on every queue under ``<prefix>/``: the coordinator serves them all.
+    """The same rights on every queue under ``<prefix>/`` (idempotency records included): the
+    coordinator serves them all.
 
     One prefix, not one per queue: a hundred queue prefixes would overflow the role's 10 KB
     policy size, and the stack's prefix holds only its queues.
     """
-    _grant_prefix(grantee, bucket, prefix + "/", key)
+    _grant_prefixes(grantee, bucket, [prefix + "/*"], key)
+    _acknowledge_prefixes(grantee, bucket, [prefix + "/*"])
 
 
 def grant_invoke_workers(grantee: iam.IGrantable, stack_name: str) -> iam.Grant:
@@ -136,25 +150,29 @@ def _via_s3() -> dict[str, Any]:
     return {"StringEquals": {"kms:ViaService": f"s3.{Aws.REGION}.amazonaws.com"}}
 
 
-def _grant_prefix(
-    grantee: iam.IGrantable, bucket: s3.IBucket, root: str, key: kms.IKey | None
+def _grant_prefixes(
+    grantee: iam.IGrantable, bucket: s3.IBucket, patterns: list[str], key: kms.IKey | None
 ) -> None:
+    """List, read, write and delete the objects matching `patterns` (``<root>*`` each).
+
+    ListBucket too, on the same prefixes: without it S3 answers 403, not 404, for a missing
+    key. One statement per kind, however many prefixes, to keep the role's policy small.
+    """
     iam.Grant.add_to_principal(
         grantee=grantee,
         actions=["s3:ListBucket"],
         resource_arns=[bucket.bucket_arn],
-        conditions={"StringLike": {"s3:prefix": [root + "*"]}},
+        conditions={"StringLike": {"s3:prefix": patterns}},
     )
     iam.Grant.add_to_principal(
         grantee=grantee,
         actions=QUEUE_OBJECT_ACTIONS,
-        resource_arns=[bucket.arn_for_objects(root + "*")],
+        resource_arns=[bucket.arn_for_objects(pattern) for pattern in patterns],
     )
     if key is not None:
         grantee.grant_principal.add_to_principal_policy(
             iam.PolicyStatement(actions=KEY_ACTIONS, resources=[key.key_arn], conditions=_via_s3())
         )
-    _acknowledge_prefixes(grantee, bucket, [root + "*"])
 
 
 def _acknowledge_prefixes(grantee: iam.IGrantable, bucket: s3.IBucket, patterns: list[str]) -> None:

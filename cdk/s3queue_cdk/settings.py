@@ -35,6 +35,9 @@ class DeploymentSettings:
     ids_retention_days: int = 7
     """How long explicit-id dedup markers live: the dedup window."""
     dlq_retention_days: int = 14
+    idempotency_retention_days: int = 7
+    """How long an idempotency record lives after its last write; at least the longest
+    ``expires_after_seconds`` of any handler, or a live record is deleted early."""
     access_log_retention_days: int = 90
     alarm_email: str = ""
     """Subscribed to the alarm topic when set."""
@@ -65,7 +68,7 @@ class DeploymentSettings:
             value = getattr(self, name)
             if not pattern.fullmatch(value):
                 raise ConfigError(f"context {context_key(name)}={value!r}: expected {expected}")
-        days = ("ids_retention_days", "dlq_retention_days")
+        days = ("ids_retention_days", "dlq_retention_days", "idempotency_retention_days")
         for name in (*days, "access_log_retention_days", "oldest_message_alarm_seconds"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"context {context_key(name)} must be at least 1")

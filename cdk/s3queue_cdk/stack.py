@@ -107,6 +107,7 @@ class S3QueueStack(Stack):
             queues=list(self.handlers),
             ids_retention=Duration.days(settings.ids_retention_days),
             dlq_retention=Duration.days(settings.dlq_retention_days),
+            idempotency_retention=Duration.days(settings.idempotency_retention_days),
             access_log_retention=Duration.days(settings.access_log_retention_days),
             use_kms=settings.kms,
             versioned=settings.versioned,

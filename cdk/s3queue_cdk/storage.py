@@ -12,14 +12,15 @@ from constructs import Construct
 from s3queue import names
 
 LIFECYCLE_RULES_MAX = 1000
-"""S3's limit of lifecycle rules per bucket: two per queue, two for the bucket."""
+"""S3's limit of lifecycle rules per bucket: two per queue, three for the bucket."""
+IDEMPOTENCY_RULE = "expire-idempotency-records"
 
 
 class QueueStorage(Construct):
     """The queue bucket: private, encrypted, TLS only, access-logged, with TTL lifecycle rules.
 
     Lifecycle rules expire only what the protocol no longer needs (dedup markers, dead letters
-    after their retention): ``msg/``, ``inbox/`` and ``tickets/`` are
+    after their retention, idempotency records): ``msg/``, ``inbox/`` and ``tickets/`` are
     never expired, so no message is lost to a rule.
     """
 
@@ -32,6 +33,7 @@ class QueueStorage(Construct):
         queues: Sequence[str],
         ids_retention: Duration,
         dlq_retention: Duration,
+        idempotency_retention: Duration,
         access_log_retention: Duration,
         use_kms: bool,
         versioned: bool,
@@ -71,6 +73,7 @@ class QueueStorage(Construct):
                 queues,
                 ids=ids_retention,
                 dlq=dlq_retention,
+                idempotency=idempotency_retention,
                 versioned=versioned,
             ),
             removal_policy=removal,
@@ -130,14 +133,23 @@ def lifecycle_rules(
     *,
     ids: Duration,
     dlq: Duration,
+    idempotency: Duration,
     versioned: bool,
 ) -> list[s3.LifecycleRule]:
-    """Per-queue TTL rules on ``ids/`` and ``dlq/``, plus bucket-wide hygiene."""
+    """Per-queue TTL rules on ``ids/`` and ``dlq/``, one on every queue's idempotency records
+    (one rule, not one a queue: S3 allows 1,000 a bucket), plus bucket-wide hygiene."""
     rules = [
         s3.LifecycleRule(
             id="abort-incomplete-multipart-uploads",
             abort_incomplete_multipart_upload_after=Duration.days(1),
-        )
+        ),
+        # Garbage collection only: an expired record is replaced in place whether or not it
+        # is still there.
+        s3.LifecycleRule(
+            id=IDEMPOTENCY_RULE,
+            prefix=names.idempotency_root(prefix),
+            expiration=idempotency,
+        ),
     ]
     if versioned:
         rules.append(

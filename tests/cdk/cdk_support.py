@@ -38,6 +38,7 @@ VARIANT_CONTEXT = {
     "s3queue:prefix": "jobs/prod",
     "s3queue:schedule": "rate(2 minutes)",
     "s3queue:dlqRetentionDays": "30",
+    "s3queue:idempotencyRetentionDays": 3,
 }
 
 

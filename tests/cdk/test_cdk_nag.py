@@ -14,13 +14,13 @@ from s3queue_cdk.app import build
 pytestmark = pytest.mark.cdk
 ACKNOWLEDGED = "aws:cdk:acknowledged-rules"
 # The only findings the stack may acknowledge: runtime pin, X-Ray's Resource '*', object
-# wildcards under one queue's prefix (or the stack's, for the coordinator), and the
-# coordinator's invoke of the stack's `<stack>_*` workers.
+# wildcards under one queue's prefix or its idempotency records' (or the stack's, for the
+# coordinator), and the coordinator's invoke of the stack's `<stack>_*` workers.
 ALLOWED = re.compile(
     r"^AwsSolutions::AwsSolutions-(L1"
     r"|IAM5\[Resource::\*\]"
     r"|IAM5\[Resource::(<StorageBucket[0-9A-F]{8}\.Arn>|<BucketArn>)/[\w/.-]+/"
-    r"([a-z0-9][a-z0-9_-]*/(inbox/)?)?\*\]"
+    r"((_idempotency/)?[a-z0-9][a-z0-9_-]*/(inbox/)?)?\*\]"
     r"|IAM5\[Resource::arn:<AWS::Partition>:lambda:<AWS::Region>:<AWS::AccountId>:function:"
     r"[A-Za-z][A-Za-z0-9-]*_\*\])$"
 )
@@ -55,8 +55,9 @@ def test_prefix_wildcards_are_acknowledged_once_per_granted_prefix(default: Synt
     ]
     for queue, worker in default.stack.workers.items():
         rules = [rule for rule in found[worker.runtime.role.node.path] if "/s3queue/" in rule]
-        assert rules == [
-            f"AwsSolutions::AwsSolutions-IAM5[Resource::<BucketArn>/s3queue/{queue}/*]"
+        assert sorted(rules) == [
+            f"AwsSolutions::AwsSolutions-IAM5[Resource::<BucketArn>/s3queue/_idempotency/{queue}/*]",
+            f"AwsSolutions::AwsSolutions-IAM5[Resource::<BucketArn>/s3queue/{queue}/*]",
         ]
 
 

@@ -6,7 +6,9 @@ from typing import Any
 
 import pytest
 from cdk_support import Synth, render
-from s3queue.config import ConfigError, discover_handlers
+from rehearsal import allowed
+from s3queue.config import ConfigError, Environment, discover_handlers
+from s3queue.idempotency import records_root
 from s3queue_cdk.stack import FUNCTIONS_DIR
 
 pytestmark = pytest.mark.cdk
@@ -47,19 +49,49 @@ def test_each_worker_reaches_only_its_own_queue_prefix(default: Synth) -> None:
     assert default.stack.workers
     for queue, worker in default.stack.workers.items():
         found = s3_statements(statements(default, worker.runtime.role))
+        patterns = [f"s3queue/{queue}/*", f"s3queue/_idempotency/{queue}/*"]
         assert found == [
             {
                 "Action": "s3:ListBucket",
-                "Condition": {"StringLike": {"s3:prefix": [f"s3queue/{queue}/*"]}},
+                "Condition": {"StringLike": {"s3:prefix": patterns}},
                 "Effect": "Allow",
                 "Resource": "<BucketArn>",
             },
             {
                 "Action": OBJECT_ACTIONS,
                 "Effect": "Allow",
-                "Resource": f"<BucketArn>/s3queue/{queue}/*",
+                "Resource": sorted(f"<BucketArn>/{pattern}" for pattern in patterns),
             },
         ]
+
+
+@pytest.mark.parametrize("name", ["default", "variant"])
+def test_each_worker_reaches_its_own_idempotency_records_only(name: str, request: Any) -> None:
+    synth: Synth = request.getfixturevalue(name)
+    assert len(synth.stack.workers) >= 2
+    for queue, worker in synth.stack.workers.items():
+        # GIVEN the records prefix `S3PersistenceLayer.from_env()` builds from the worker's env
+        env = {
+            k: str(render(v)) for k, v in synth.workers()[queue]["Environment"]["Variables"].items()
+        }
+        config = Environment.from_env(env)
+        mine = records_root(config.prefix, config.queue)
+        found = statements(synth, worker.runtime.role)
+        # THEN its policy allows every request the layer makes there, a missing record's 404
+        # (ListBucket) included
+        record = f"<BucketArn>/{mine}fn.handlers.{queue}.send/0a1b"
+        for action in OBJECT_ACTIONS:
+            assert allowed(found, action, record, {}), (queue, action)
+        assert allowed(found, "s3:ListBucket", "<BucketArn>", {"s3:prefix": mine})
+        # AND nothing of another queue's records, nor the records root itself
+        for other in set(synth.stack.workers) - {queue}:
+            theirs = records_root(config.prefix, other)
+            for action in OBJECT_ACTIONS:
+                assert not allowed(found, action, f"<BucketArn>/{theirs}fn/0a1b", {}), other
+            assert not allowed(found, "s3:ListBucket", "<BucketArn>", {"s3:prefix": theirs})
+        root = records_root(config.prefix)
+        assert not allowed(found, "s3:GetObject", f"<BucketArn>/{root}fn/0a1b", {})
+        assert not allowed(found, "s3:ListBucket", "<BucketArn>", {"s3:prefix": root})
 
 
 def test_coordinator_reaches_the_stack_prefix_and_invokes_only_the_stack_workers(

@@ -67,7 +67,14 @@ def test_lifecycle_expires_ids_and_dlq_per_queue(default: Synth) -> None:
         assert by_prefix[f"s3queue/{queue}/ids/"]["ExpirationInDays"] == 7
         assert by_prefix[f"s3queue/{queue}/dlq/"]["ExpirationInDays"] == 14
     assert by_prefix[None]["AbortIncompleteMultipartUpload"] == {"DaysAfterInitiation": 1}
-    assert len(rules) == 2 * len(HANDLERS) + 1
+    # One rule for every queue's idempotency records, not one a queue.
+    assert by_prefix["s3queue/_idempotency/"] == {
+        "Id": "expire-idempotency-records",
+        "Prefix": "s3queue/_idempotency/",
+        "ExpirationInDays": 7,
+        "Status": "Enabled",
+    }
+    assert len(rules) == 2 * len(HANDLERS) + 2
     assert not [p for p in by_prefix if p and "/done/" in p], "no rule for the dead done/ prefix"
     # Nothing that holds live work ever expires.
     live = ("/msg/", "/inbox/", "/tickets/")
@@ -101,6 +108,12 @@ def test_variant_bucket_uses_kms_versioning_events_and_its_name(variant: Synth) 
         "Id": "send_email-dlq",
         "Prefix": "jobs/prod/send_email/dlq/",
         "ExpirationInDays": 30,
+        "Status": "Enabled",
+    }
+    assert rules["expire-idempotency-records"] == {
+        "Id": "expire-idempotency-records",
+        "Prefix": "jobs/prod/_idempotency/",
+        "ExpirationInDays": 3,
         "Status": "Enabled",
     }
 

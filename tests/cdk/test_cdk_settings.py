@@ -45,6 +45,7 @@ def test_missing_context_keeps_the_defaults() -> None:
         ("s3queue:lowLatency", "yes", "lowLatency='yes': expected bool"),
         ("s3queue:idsRetentionDays", "7d", "idsRetentionDays='7d': expected int"),
         ("s3queue:idsRetentionDays", 0, "idsRetentionDays must be at least 1"),
+        ("s3queue:idempotencyRetentionDays", "0", "idempotencyRetentionDays must be at least 1"),
         ("s3queue:schedule", "rate(1 minutes)", "rate"),
         ("s3queue:schedule", "rate(5 minute)", "rate"),
         ("s3queue:schedule", "rate(0 minutes)", "rate"),

@@ -172,6 +172,12 @@ def test_every_call_is_allowed_by_the_callers_role_policy(rehearsed: Rehearsed) 
     assert {"S3Queue_send_email", "S3Queue_generate_report", coordinator} <= set(calls)
     invokes = [c for c in calls[coordinator] if c["operation"] == "Invoke"]
     assert invokes, "the coordinator invoked the workers through the Lambda API"
+    records = [
+        c
+        for c in calls["S3Queue_send_email"]
+        if c["params"].get("Key", "").startswith(f"{PREFIX}/_idempotency/send_email/")
+    ]
+    assert records, "send_email kept its idempotency records in the bucket"
     for name, made in calls.items():
         statements = rehearsed.deployment.functions[name].statements
         for call in made:
@@ -186,11 +192,15 @@ def test_probes_of_another_queue_are_denied(rehearsed: Rehearsed) -> None:
         statements = rehearsed.deployment.functions[f"S3Queue_{queue}"].statements
         mine = f"{bucket}/{PREFIX}/{queue}/msg/x"
         assert allowed(statements, "s3:GetObject", mine, {})  # the control: its own prefix
+        records = f"{bucket}/{PREFIX}/_idempotency/{queue}/fn/x"
+        assert allowed(statements, "s3:PutObject", records, {})  # and its own records
         for action, resource, context in [
             ("s3:GetObject", f"{bucket}/{PREFIX}/{other}/msg/x", {}),
             ("s3:PutObject", f"{bucket}/{PREFIX}/{other}/inbox/x", {}),
             ("s3:DeleteObject", f"{bucket}/{PREFIX}/{other}/tickets/x", {}),
             ("s3:ListBucket", bucket, {"s3:prefix": f"{PREFIX}/{other}/"}),
+            ("s3:PutObject", f"{bucket}/{PREFIX}/_idempotency/{other}/fn/x", {}),
+            ("s3:ListBucket", bucket, {"s3:prefix": f"{PREFIX}/_idempotency/{other}/"}),
             ("s3:ListBucket", bucket, {}),
             ("lambda:InvokeFunction", f"{worker_arn}S3Queue_{other}", {}),
         ]:

@@ -39,6 +39,7 @@ from collections.abc import Mapping
 from typing import Any
 from urllib.parse import quote
 
+from s3queue import names
 from s3queue.clock import Clock, SystemClock
 from s3queue.config import DEFAULT_PREFIX, Environment
 from s3queue.errors import Conflict, MalformedMessage
@@ -63,7 +64,6 @@ except ImportError as exc:  # pragma: no cover - depends on the installation
 log = logging.getLogger(__name__)
 
 INPROGRESS = STATUS_CONSTANTS["INPROGRESS"]
-RECORDS_DIR = "_idempotency"
 PUT_ATTEMPTS = 3
 """Rounds of create / read / replace before giving up to the caller's `get_record`."""
 
@@ -241,8 +241,7 @@ class S3PersistenceLayer(BasePersistenceLayer):
 
 def records_root(prefix: str = DEFAULT_PREFIX, queue: str | None = None) -> str:
     """Where records live: ``<prefix>/_idempotency/``, and ``<queue>/`` below it for a queue."""
-    root = f"{prefix}/{RECORDS_DIR}/"
-    return f"{root}{queue}/" if queue else root
+    return names.idempotency_root(prefix, queue)
 
 
 def _encode(record: DataRecord, token: str, with_validation: bool) -> bytes:

@@ -5,6 +5,7 @@ Pure: no I/O, no imports from the rest of the package, so the CDK app may import
 builds every key of a queue from these segments::
 
     <prefix>/<queue>/coordinator  dlq/  ids/  inbox/  msg/  tickets/
+    <prefix>/_idempotency/<queue>/         (`s3queue.idempotency`'s records)
 """
 
 from __future__ import annotations
@@ -23,6 +24,9 @@ MSG = "msg/"
 TICKETS = "tickets/"
 EXPIRING_SEGMENTS = (IDS, DLQ)
 """What a lifecycle rule may expire: dedup markers and dead letters, never live work."""
+IDEMPOTENCY = "_idempotency/"
+"""Beside the queues, holding Powertools Idempotency records: a leading ``_`` is never a queue
+name, so no queue's keys, grants or lifecycle rules cover it."""
 
 STACK_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9-]{0,39}$")
 """A stack name short enough to prefix every worker's function name."""
@@ -36,6 +40,12 @@ _HASH_CHARS = 8
 def queue_root(prefix: str, queue: str) -> str:
     """``<prefix>/<queue>/``: every key of the queue starts with it."""
     return f"{prefix}/{queue}/"
+
+
+def idempotency_root(prefix: str, queue: str | None = None) -> str:
+    """``<prefix>/_idempotency/``, and ``<queue>/`` below it: one queue's records only."""
+    root = f"{prefix}/{IDEMPOTENCY}"
+    return f"{root}{queue}/" if queue else root
 
 
 def worker_function_prefix(stack_name: str) -> str:
