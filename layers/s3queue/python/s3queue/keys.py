@@ -8,7 +8,7 @@
     <prefix>/<queue>/tickets/<epoch>-<seq>       tickets
 
 ``inbox/`` < ``msg/`` < ``tickets/`` sort together after everything else, so one LIST starting
-after ``inbox`` sees all live work of a queue (the idle probe). A message key's attributes:
+after the ``ids/`` markers sees all live work (the idle probe). A message key's attributes:
 ``~g<group>`` (base64url), ``~n<not_before_ms>``, ``~c<count>`` (a packed object of that many
 messages), ``~o<epoch>-<seq>`` (written by that ticket's apply: not dispatchable while it lives).
 """
@@ -171,8 +171,13 @@ class QueueKeys:
 
     @property
     def live_start(self) -> str:
-        """LIST from after this key to see inbox/, msg/ and tickets/ in one request."""
-        return self.root + "inbox"
+        """LIST from after this key to see inbox/, msg/ and tickets/ in one request.
+
+        It sorts after every ``ids/`` marker (ids are ``[A-Za-z0-9_-]``, all below ``~``) and
+        before ``inbox``. Never a folder's bare name such as ``inbox``: SeaweedFS skips the
+        whole folder of a StartAfter that names it (see `S3Storage.list`).
+        """
+        return self.ids + "~"
 
     def parse_msg(self, key: str) -> MsgKey | None:
         """The fields of a full ``msg/`` key; None for any other key or a foreign name."""

@@ -12,6 +12,11 @@ connections. Retrying a conditional write is safe because each write carries its
                       <- response lost (timeout, 503 from a proxy, reset)
     PUT If-Match: e1  token=t -> 412: e1 is gone
     HEAD              -> token t: the 412 is our own write; return e2, not Conflict
+
+Listing. `list` gives AWS semantics on servers that walk keys as folders (SeaweedFS): a
+``start_after`` equal to a folder's name no longer skips that folder (see `_just_below`). Such
+a server still orders a folder before a sibling that extends its name with a character below
+``/`` (``a/x`` before ``a-b``, where AWS has ``a-b`` first); the queue's own keys never do.
 """
 
 from __future__ import annotations
@@ -212,15 +217,23 @@ class S3Storage:
                 )
 
     def list(self, prefix: str, *, start_after: str | None = None, limit: int = 1000) -> Page:
-        params: dict[str, Any] = {"Prefix": prefix, "MaxKeys": min(limit, MAX_KEYS)}
-        if start_after:
-            params["StartAfter"] = start_after
+        """AWS semantics on every server: the keys after `start_after` as strings, even where
+        it names a folder (see `_just_below`)."""
+        limit = min(limit, MAX_KEYS)
+        sent = _just_below(start_after) if start_after else None
+        params: dict[str, Any] = {"Prefix": prefix, "MaxKeys": limit}
+        if sent is not None:
+            # `sent` lists `start_after` itself too: one more key, dropped below.
+            params["StartAfter"] = sent
+            params["MaxKeys"] = min(limit + 1, MAX_KEYS)
         response = self._call("list_objects_v2", prefix, **params)
         entries = [
             Entry(item["Key"], _unquote(item["ETag"]), item["Size"], _ms(item["LastModified"]))
             for item in response.get("Contents", [])
+            if start_after is None or item["Key"] > start_after
         ]
-        return Page(entries, truncated=bool(response.get("IsTruncated")))
+        truncated = bool(response.get("IsTruncated")) or len(entries) > limit
+        return Page(entries[:limit], truncated=truncated)
 
     def create_bucket(self) -> None:
         """Create the bucket if it does not exist yet (for development servers and tests)."""
@@ -304,6 +317,27 @@ def _from_client_error(exc: ClientError, where: str, bucket: str) -> tuple[S3Que
     transient = code in _TRANSIENT_CODES or status == 429 or status >= 500
     message = str(error.get("Message", "")).replace("\n", " ")
     return StorageError(f"{where} failed: {code} {message} (HTTP {status})"), transient
+
+
+def _just_below(start_after: str) -> str:
+    """A StartAfter that lists what `start_after` does on AWS, plus that key, on any server.
+
+    SeaweedFS walks keys as a folder tree: ``StartAfter="q/inbox"`` skips the whole folder
+    ``q/inbox/`` there, where AWS compares strings and lists ``q/inbox/a.json`` (it sorts after
+    ``q/inbox``). So the last character steps down by one and the highest code point follows
+    (``q/inbow`` + U+10FFFF): that sorts just before ``q/inbox`` on every server, names no
+    folder, and only ``start_after`` itself (or keys beginning with the odd value sent) can lie
+    between them, which `S3Storage.list` drops. A value ending in ``/`` is a folder's inside,
+    which every server lists: it is sent as it is.
+    """
+    last = ord(start_after[-1])
+    if start_after.endswith("/") or last == 0:
+        return start_after
+    step = 0xD7FF if last == 0xE000 else last - 1  # never a surrogate
+    return start_after[:-1] + chr(step) + _HIGHEST
+
+
+_HIGHEST = "\U0010ffff"
 
 
 def _unquote(etag: str) -> str:
