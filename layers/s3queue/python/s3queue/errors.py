@@ -7,6 +7,8 @@ S3QueueError
  |    +-- AccessDenied   wrong or missing credentials, or a policy that forbids the call
  |    +-- EndpointUnreachable
  +-- QueueNotFound       an admin call named a queue that has no objects
+ +-- InvalidArgument     an argument refused at the door (a delay, a group; also a ValueError)
+ |    +-- InvalidName    a queue name or message id that cannot be part of a key (keys.py)
  +-- MalformedMessage    a body that cannot be encoded, or an object that cannot be decoded
  +-- LeaseLost           a worker's lease on a ticket was taken over; it must stop
  +-- PermanentError      raised by a handler: send the message to the DLQ at once
@@ -41,6 +43,10 @@ class EndpointUnreachable(StorageError):
 
 class QueueNotFound(S3QueueError):
     """No queue of that name exists in the bucket."""
+
+
+class InvalidArgument(S3QueueError, ValueError):
+    """An argument S3Queue refuses before doing anything (e.g. a negative or endless delay)."""
 
 
 class MalformedMessage(S3QueueError):

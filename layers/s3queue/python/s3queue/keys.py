@@ -23,7 +23,7 @@ import threading
 import time
 from dataclasses import dataclass
 
-from s3queue.errors import S3QueueError
+from s3queue.errors import InvalidArgument
 
 QUEUE_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
 MESSAGE_ID = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
@@ -32,19 +32,20 @@ _TICKET = re.compile(r"^(\d{10})-(\d{10})$")
 _CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
 
 
-class InvalidName(S3QueueError):
-    """A queue name, message id or group that cannot be part of a key."""
+class InvalidName(InvalidArgument):
+    """A queue name or message id that cannot be part of a key."""
 
 
 def check_queue_name(name: str) -> str:
-    if not QUEUE_NAME.match(name):
+    # fullmatch: "$" alone would let a trailing newline through.
+    if not isinstance(name, str) or not QUEUE_NAME.fullmatch(name):
         raise InvalidName(f"invalid queue name {name!r}: use 1-64 of [a-z0-9_-], starting alnum")
     return name
 
 
 def check_message_id(message_id: str) -> str:
-    if not MESSAGE_ID.match(message_id):
-        raise InvalidName(f"invalid message id {message_id!r}: use 1-128 of [A-Za-z0-9_-]")
+    if not isinstance(message_id, str) or not MESSAGE_ID.fullmatch(message_id):
+        raise InvalidName(f"invalid message id {message_id!r}: a str of 1-128 of [A-Za-z0-9_-]")
     return message_id
 
 
