@@ -12,6 +12,8 @@ S3QueueError
  +-- MalformedMessage    a body that cannot be encoded, or an object that cannot be decoded
  +-- LeaseLost           a worker's lease on a ticket was taken over; it must stop
  +-- PermanentError      raised by a handler: send the message to the DLQ at once
+ +-- HandlerExit         recorded when a handler raised a BaseException (sys.exit(), ...)
+ +-- HandlerTimeout      recorded when a handler outlived its invocation's timeout
 """
 
 from __future__ import annotations
@@ -59,3 +61,12 @@ class LeaseLost(S3QueueError):
 
 class PermanentError(S3QueueError):
     """Raised by a handler to dead-letter the message at once, without retries."""
+
+
+class HandlerExit(S3QueueError):
+    """A handler raised a BaseException (``sys.exit()``, ``KeyboardInterrupt``, ...): recorded
+    as that message's failure and retried, never a dead worker (see `s3queue.guard`)."""
+
+
+class HandlerTimeout(S3QueueError):
+    """A handler still ran when its invocation's timeout ran out: that delivery failed."""
