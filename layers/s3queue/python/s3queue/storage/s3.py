@@ -220,17 +220,18 @@ class S3Storage:
         """AWS semantics on every server: the keys after `start_after` as strings, even where
         it names a folder (see `_just_below`)."""
         limit = min(limit, MAX_KEYS)
-        sent = _just_below(start_after) if start_after else None
         params: dict[str, Any] = {"Prefix": prefix, "MaxKeys": limit}
+        sent = _just_below(start_after) if start_after else None
         if sent is not None:
-            # `sent` lists `start_after` itself too: one more key, dropped below.
             params["StartAfter"] = sent
-            params["MaxKeys"] = min(limit + 1, MAX_KEYS)
+        lower = sent is not None and sent != start_after
+        if lower:
+            params["MaxKeys"] = min(limit + 1, MAX_KEYS)  # `start_after` itself comes back too
         response = self._call("list_objects_v2", prefix, **params)
         entries = [
             Entry(item["Key"], _unquote(item["ETag"]), item["Size"], _ms(item["LastModified"]))
             for item in response.get("Contents", [])
-            if start_after is None or item["Key"] > start_after
+            if not (lower and _not_after(item["Key"], str(start_after), str(sent)))
         ]
         truncated = bool(response.get("IsTruncated")) or len(entries) > limit
         return Page(entries[:limit], truncated=truncated)
@@ -338,6 +339,13 @@ def _just_below(start_after: str) -> str:
 
 
 _HIGHEST = "\U0010ffff"
+
+
+def _not_after(key: str, start_after: str, sent: str) -> bool:
+    """A key listed from `sent` that the caller's `start_after` excludes: that key itself, or
+    one beginning with `sent` (between the two on AWS). Any other key is the server's own
+    next one, even where a folder-walking server orders it unlike AWS (``a/x``, ``a-b``)."""
+    return key == start_after or key.startswith(sent)
 
 
 def _unquote(etag: str) -> str:
