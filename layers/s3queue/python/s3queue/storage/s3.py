@@ -16,7 +16,8 @@ connections. Retrying a conditional write is safe because each write carries its
 Listing. `list` gives AWS semantics on servers that walk keys as folders (SeaweedFS): a
 ``start_after`` equal to a folder's name no longer skips that folder (see `_just_below`). Such
 a server still orders a folder before a sibling that extends its name with a character below
-``/`` (``a/x`` before ``a-b``, where AWS has ``a-b`` first); the queue's own keys never do.
+``/`` (``a/x`` before ``a-b``, where AWS has ``a-b`` first; a queue's own keys never do): that
+order is kept, so a walk from each page's last key still sees every key once.
 """
 
 from __future__ import annotations
