@@ -120,6 +120,11 @@ def test_a_bad_queue_name_is_refused(name: Any) -> None:
         Queue(name, storage=MemoryStorage())
 
 
+def test_a_queue_without_bucket_or_storage_is_refused() -> None:
+    with pytest.raises(InvalidArgument, match="needs bucket="):
+        Queue("jobs")
+
+
 @pytest.mark.parametrize(
     "body",
     [math.nan, math.inf, {"price": -math.inf}, {"rows": [[1.0, math.nan]]}, {1, 2}, object()],

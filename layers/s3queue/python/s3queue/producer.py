@@ -48,7 +48,7 @@ class Queue:
     ) -> None:
         if storage is None:
             if not bucket:
-                raise ValueError("Queue needs bucket= (or storage=)")
+                raise InvalidArgument("Queue needs bucket= (or storage=)")
             from s3queue.storage.s3 import S3Storage, make_client  # noqa: PLC0415 - boto3 only on demand
 
             storage = S3Storage(s3 if s3 is not None else make_client(), bucket)
