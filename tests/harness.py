@@ -10,6 +10,7 @@ from s3queue.clock import FakeClock
 from s3queue.config import CoordinatorSettings, QueueSettings
 from s3queue.coordinator import Coordinator, TickResult
 from s3queue.events import Event
+from s3queue.guard import WorkerKilled
 from s3queue.model import Message
 from s3queue.producer import Queue
 from s3queue.storage import MemoryStorage, Storage
@@ -18,7 +19,7 @@ from s3queue.worker import Worker, WorkResult
 QUEUE = "jobs"
 
 
-class Crash(BaseException):
+class Crash(WorkerKilled):
     """Raised by a test handler to stop the worker dead, as a killed process would."""
 
 

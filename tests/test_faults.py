@@ -219,13 +219,16 @@ def test_time_short_commits_done_and_releases_the_rest_without_an_attempt() -> N
         h.queue.enqueue(i)
     h.queue.enqueue_many(range(6, 10))
     h.tick()
-    budget = iter([60_000, 60_000, 60_000, 60_000, 1_000] + [0] * 20)  # the claim asks too
-    handler = Recorder()
-    [work] = h.work(handler, remaining_ms=lambda: next(budget))
+    # Each handler takes 19 s of a 60 s invocation: after three, 3 s remain, under the margin.
+    deadline = h.clock.now_ms() + 60_000
+    [work] = h.work(
+        Recorder(fail=lambda m: h.clock.sleep(19)), remaining_ms=lambda: deadline - h.clock.now_ms()
+    )
     assert work.status == "committed"
     assert work.count("done") == 3 and work.count("release") == 7
+    handler = Recorder()
     h.drain(handler)
-    assert sorted(handler.bodies()) == list(range(10))
+    assert sorted(handler.bodies()) == list(range(3, 10))
     assert all(m.attempt == 1 for m in handler.seen)
 
 

@@ -24,6 +24,7 @@ from s3queue.clock import FakeClock, SystemClock
 from s3queue.config import QueueSettings
 from s3queue.coordinator import Coordinator
 from s3queue.errors import S3QueueError
+from s3queue.guard import WorkerKilled
 from s3queue.model import Message
 from s3queue.producer import Queue
 from s3queue.storage.s3 import S3Storage
@@ -35,7 +36,7 @@ pytestmark = pytest.mark.filterwarnings("ignore:No application metrics to publis
 EMAILS = {"visibility_timeout": 30, "max_retries": 5, "batch_size": 20}
 
 
-class Crash(BaseException):
+class Crash(WorkerKilled):
     """Stops a worker dead inside its handler, as a killed process would."""
 
 

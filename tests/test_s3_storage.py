@@ -347,6 +347,18 @@ class TestAwsAnswers:
     def test_create_bucket_twice_is_fine(self, aws: S3Storage) -> None:
         aws.create_bucket()
 
+    def test_start_after_a_folder_name_lists_that_folder(self, aws: S3Storage) -> None:
+        # The AWS answer that `S3Storage.list` gives on SeaweedFS too (test_storage_contract).
+        for key in ("q/ids/1", "q/inbox/a.json", "q/inbox/b.json", "q/msg/1"):
+            aws.put(key, b"x")
+        assert [e.key for e in aws.list("q/", start_after="q/inbox").entries] == [
+            "q/inbox/a.json",
+            "q/inbox/b.json",
+            "q/msg/1",
+        ]
+        page = aws.list("q/", start_after="q/inbox/a.json", limit=1)
+        assert [e.key for e in page.entries] == ["q/inbox/b.json"] and page.truncated
+
     def test_token_recognition(self, aws: S3Storage) -> None:
         token = new_token()
         etag = aws.put("k", b"x", if_none_match=True, token=token)

@@ -217,9 +217,80 @@ class TestList:
         storage.delete("q/a")
         assert storage.list("q/").entries == []
 
+    def test_limit_of_one_walks_every_key_in_order(self, filled: Storage) -> None:
+        walked, start = [], None
+        while True:
+            page = filled.list("q/", start_after=start, limit=1)
+            walked += [e.key for e in page.entries]
+            if not page.truncated:
+                break
+            start = page.entries[-1].key
+        assert walked == ["q/msg/000", "q/msg/001", "q/msg/002", "q/msga", "q/other/1"]
+
     def test_keys_with_url_special_characters(self, storage: Storage) -> None:
         keys = ["q/inbox/a b+c=d&e.json", "q/inbox/ünï%20code?.txt"]
         for key in keys:
             storage.put(key, b"x")
         assert [e.key for e in storage.list("q/inbox/").entries] == sorted(keys)
         assert all(storage.get(key) is not None for key in keys)
+
+
+class TestStartAfterAFolderName:
+    """AWS compares keys as strings: ``q/inbox/a`` sorts after ``q/inbox``, so a listing that
+    starts after a folder's bare name includes that folder. SeaweedFS skipped the whole folder
+    (issue 9 item 3); `S3Storage` now gives the AWS answer there too."""
+
+    AFTER_INBOX = ("q/inbox/a.json", "q/inbox/b.json", "q/msg/1", "q/tickets/1")
+    KEYS = ("q/coordinator", "q/dlq/1", *AFTER_INBOX)
+
+    @pytest.fixture
+    def queue(self, storage: Storage) -> Storage:
+        for key in self.KEYS:
+            storage.put(key, b"x")
+        return storage
+
+    def test_lists_the_folder(self, queue: Storage) -> None:
+        page = queue.list("q/", start_after="q/inbox")
+        assert [e.key for e in page.entries] == list(self.AFTER_INBOX) and not page.truncated
+
+    def test_inside_the_folder_lists_it_too(self, queue: Storage) -> None:
+        assert [e.key for e in queue.list("q/", start_after="q/inbox/").entries] == list(
+            self.AFTER_INBOX
+        )
+
+    def test_one_key_at_a_time(self, queue: Storage) -> None:
+        page = queue.list("q/", start_after="q/inbox", limit=1)
+        assert [e.key for e in page.entries] == ["q/inbox/a.json"] and page.truncated
+
+    def test_a_folder_that_is_the_prefix_itself(self, queue: Storage) -> None:
+        assert [e.key for e in queue.list("q", start_after="q").entries] == sorted(self.KEYS)
+
+    def test_the_next_folder_and_not_the_one_named(self, queue: Storage) -> None:
+        # "q/inbox0" sorts after every "q/inbox/..." key ("0" follows "/").
+        assert [e.key for e in queue.list("q/", start_after="q/inbox0").entries] == [
+            "q/msg/1",
+            "q/tickets/1",
+        ]
+
+    def test_a_walk_sees_every_key_once_where_folder_and_string_order_differ(
+        self, storage: Storage
+    ) -> None:
+        # SeaweedFS lists "a/..." before "a-b" (a folder walk), AWS after ("-" sorts before
+        # "/"): the order may differ, but a walk from each last key must see every key once.
+        keys = ["s/a/x", "s/a/y/1", "s/a-b/z", "s/a.c", "s/a0/w", "s/b"]
+        for key in keys:
+            storage.put(key, b"x")
+        walked, start = [], None
+        while True:
+            page = storage.list("s/", start_after=start, limit=1)
+            walked += [e.key for e in page.entries]
+            if not page.truncated:
+                break
+            start = page.entries[-1].key
+        assert sorted(walked) == sorted(keys)
+
+    def test_a_folder_inside_the_listed_prefix(self, storage: Storage) -> None:
+        for key in ("q/inbox/x/1.json", "q/inbox/x/2.json", "q/inbox/y.json"):
+            storage.put(key, b"x")
+        keys = [e.key for e in storage.list("q/inbox/", start_after="q/inbox/x").entries]
+        assert keys == ["q/inbox/x/1.json", "q/inbox/x/2.json", "q/inbox/y.json"]

@@ -229,12 +229,6 @@ def test_workers_never_ran_above_their_reserved_concurrency(rehearsed: Rehearsed
         assert limit is not None and 1 <= most <= limit, name
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="SeaweedFS answers ListObjectsV2(StartAfter='<q>/inbox') without the inbox/ "
-    "folder (shared/S3-SERVERS.md), so the idle probe misses a plain PUT on it; AWS does not. "
-    "Fixed by issue 9 item 5 (SeaweedFS start_after listing): then remove this mark.",
-)
 def test_an_idle_coordinator_sees_a_plain_put_alone(rehearsed: Rehearsed) -> None:
     # GIVEN drained queues and one plain PUT, nothing else
     assert not any(live_keys(rehearsed.client, rehearsed.bucket, q) for q in GOOD)

@@ -3,9 +3,9 @@
 `ProcessStorage` is the storage one process (one worker or coordinator incarnation) sees. Before
 each call it gives the runner a chance to switch to another actor (`step`), may freeze the
 process (`pause` for a while, as a GC pause, a stopped VM or a hung connection would), and may
-kill it: `Crash` is a `BaseException`, so no ``except Exception`` in the core can swallow it,
-and once a process has crashed every later call of it raises `Crash` again (a dead process
-sends nothing: not even the release in a ``finally``).
+kill it: `Crash` is a `WorkerKilled`, the `BaseException` the core never catches (not even
+around a handler), and once a process has crashed every later call of it raises `Crash` again
+(a dead process sends nothing: not even the release in a ``finally``).
 
 A crash *before* call n means the request never left; *after* call n means S3 applied it and
 the process died before it could use the answer. Between them they cover every point between
@@ -21,6 +21,7 @@ from typing import Any
 
 from s3queue.clock import Clock
 from s3queue.errors import MalformedMessage
+from s3queue.guard import WorkerKilled
 from s3queue.model import Ticket
 from s3queue.storage.base import Head, Object, Page, Storage
 
@@ -29,7 +30,7 @@ from chaos.history import History
 OPS = ("get", "head", "put", "delete", "delete_many", "list")
 
 
-class Crash(BaseException):
+class Crash(WorkerKilled):
     """The process died (killed, out of memory, Lambda timeout)."""
 
 

@@ -196,7 +196,7 @@ def handler(
             group=message.group,
         )
         sleep(int(body.get("ms", 0)) / 1000)
-        if now_ms() > deadline_ms():
+        if now_ms() >= deadline_ms():  # remaining time 0: Lambda stops it
             history.record("crash", owner, where=f"Lambda timeout in the handler of {message.id}")
             raise Crash("Lambda timeout")
         if kind == "poison":

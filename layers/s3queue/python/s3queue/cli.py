@@ -24,8 +24,8 @@ from s3queue import admin
 from s3queue.config import DEFAULT_PREFIX, ENV_BUCKET, ENV_ENDPOINT_URL, ENV_PREFIX, ConfigError
 from s3queue.console import Connection, ProgressLine, UsageError, print_summary, print_table
 from s3queue.discovery import discover_handlers
-from s3queue.errors import MalformedMessage, QueueNotFound, S3QueueError
-from s3queue.keys import InvalidName, QueueKeys, check_queue_name
+from s3queue.errors import InvalidArgument, MalformedMessage, QueueNotFound, S3QueueError
+from s3queue.keys import QueueKeys, check_queue_name
 from s3queue.producer import Queue
 
 DEFAULT_HANDLERS = "functions/handlers"
@@ -46,7 +46,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         command: Command = args.command
         return command(args)
-    except (UsageError, QueueNotFound, MalformedMessage, InvalidName, ConfigError) as exc:
+    except (UsageError, QueueNotFound, MalformedMessage, InvalidArgument, ConfigError) as exc:
         return _fail(exc, 2, args.verbose)
     except S3QueueError as exc:  # StorageError and its kinds, mostly
         return _fail(exc, 1, args.verbose)

@@ -159,6 +159,10 @@ class EmbeddedS3:
             # it (and in open mode it answers AccessDenied instead).
             "-s3.autoCreateBucket=false",
             "-volume.preStopSeconds=0",
+            # Each bucket gets volumes of its own, and the default cap (free disk / 128 MB)
+            # ran out after about 73 buckets with data ("no free volumes left": HTTP 500 on
+            # every PUT), fewer than one test session creates. Volumes are sparse files.
+            "-volume.max=10000",
             # The default sockets are /tmp/seaweedfs-*-<port>.sock, shared by every server.
             f"-filer.localSocket={self._data_dir / 'filer.sock'}",
             f"-s3.localSocket={self._data_dir / 's3.sock'}",

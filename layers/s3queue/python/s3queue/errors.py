@@ -7,9 +7,13 @@ S3QueueError
  |    +-- AccessDenied   wrong or missing credentials, or a policy that forbids the call
  |    +-- EndpointUnreachable
  +-- QueueNotFound       an admin call named a queue that has no objects
+ +-- InvalidArgument     an argument refused at the door (a delay, a group; also a ValueError)
+ |    +-- InvalidName    a queue name or message id that cannot be part of a key (keys.py)
  +-- MalformedMessage    a body that cannot be encoded, or an object that cannot be decoded
  +-- LeaseLost           a worker's lease on a ticket was taken over; it must stop
  +-- PermanentError      raised by a handler: send the message to the DLQ at once
+ +-- HandlerExit         recorded when a handler raised a BaseException (sys.exit(), ...)
+ +-- HandlerTimeout      recorded when a handler outlived its invocation's timeout
 """
 
 from __future__ import annotations
@@ -43,6 +47,10 @@ class QueueNotFound(S3QueueError):
     """No queue of that name exists in the bucket."""
 
 
+class InvalidArgument(S3QueueError, ValueError):
+    """An argument S3Queue refuses before doing anything (e.g. a negative or endless delay)."""
+
+
 class MalformedMessage(S3QueueError):
     """A message body or stored object that cannot be encoded or decoded."""
 
@@ -53,3 +61,12 @@ class LeaseLost(S3QueueError):
 
 class PermanentError(S3QueueError):
     """Raised by a handler to dead-letter the message at once, without retries."""
+
+
+class HandlerExit(S3QueueError):
+    """A handler raised a BaseException (``sys.exit()``, ``KeyboardInterrupt``, ...): recorded
+    as that message's failure and retried, never a dead worker (see `s3queue.guard`)."""
+
+
+class HandlerTimeout(S3QueueError):
+    """A handler still ran when its invocation's timeout ran out: that delivery failed."""

@@ -8,7 +8,7 @@
     <prefix>/<queue>/tickets/<epoch>-<seq>       tickets
 
 ``inbox/`` < ``msg/`` < ``tickets/`` sort together after everything else, so one LIST starting
-after ``inbox`` sees all live work of a queue (the idle probe). A message key's attributes:
+after the ``ids/`` markers sees all live work (the idle probe). A message key's attributes:
 ``~g<group>`` (base64url), ``~n<not_before_ms>``, ``~c<count>`` (a packed object of that many
 messages), ``~o<epoch>-<seq>`` (written by that ticket's apply: not dispatchable while it lives),
 ``~p<sort_ms>-<id>-<not_before_ms>`` (a *late notice*: not a message, but a pointer to a grouped
@@ -25,7 +25,7 @@ import threading
 import time
 from dataclasses import dataclass
 
-from s3queue.errors import S3QueueError
+from s3queue.errors import InvalidArgument
 
 QUEUE_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
 MESSAGE_ID = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
@@ -34,19 +34,20 @@ _TICKET = re.compile(r"^(\d{10})-(\d{10})$")
 _CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
 
 
-class InvalidName(S3QueueError):
-    """A queue name, message id or group that cannot be part of a key."""
+class InvalidName(InvalidArgument):
+    """A queue name or message id that cannot be part of a key."""
 
 
 def check_queue_name(name: str) -> str:
-    if not QUEUE_NAME.match(name):
+    # fullmatch: "$" alone would let a trailing newline through.
+    if not isinstance(name, str) or not QUEUE_NAME.fullmatch(name):
         raise InvalidName(f"invalid queue name {name!r}: use 1-64 of [a-z0-9_-], starting alnum")
     return name
 
 
 def check_message_id(message_id: str) -> str:
-    if not MESSAGE_ID.match(message_id):
-        raise InvalidName(f"invalid message id {message_id!r}: use 1-128 of [A-Za-z0-9_-]")
+    if not isinstance(message_id, str) or not MESSAGE_ID.fullmatch(message_id):
+        raise InvalidName(f"invalid message id {message_id!r}: a str of 1-128 of [A-Za-z0-9_-]")
     return message_id
 
 
@@ -203,8 +204,13 @@ class QueueKeys:
 
     @property
     def live_start(self) -> str:
-        """LIST from after this key to see inbox/, msg/ and tickets/ in one request."""
-        return self.root + "inbox"
+        """LIST from after this key to see inbox/, msg/ and tickets/ in one request.
+
+        It sorts after every ``ids/`` marker (ids are ``[A-Za-z0-9_-]``, all below ``~``) and
+        before ``inbox``. Never a folder's bare name such as ``inbox``: SeaweedFS skips the
+        whole folder of a StartAfter that names it (see `S3Storage.list`).
+        """
+        return self.ids + "~"
 
     def parse_msg(self, key: str) -> MsgKey | None:
         """The fields of a full ``msg/`` key; None for any other key or a foreign name."""

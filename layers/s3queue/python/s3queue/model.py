@@ -95,7 +95,7 @@ def record_for(message_id: str, body: Any, now_ms: int, group: str | None = None
     if isinstance(body, bytes | bytearray | memoryview):
         return Record(message_id, bytes(body), now_ms, group, raw=True)
     try:
-        json.dumps(body)
+        json.dumps(body, allow_nan=False)  # NaN and Infinity are not JSON
     except (TypeError, ValueError) as exc:
         raise MalformedMessage(f"message body is not JSON-serialisable: {exc}") from exc
     return Record(message_id, body, now_ms, group)

@@ -17,12 +17,15 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-from collections.abc import Iterable
+import math
+import numbers
+from collections.abc import Iterable, Mapping
+from datetime import timedelta
 from typing import Any
 
 from s3queue import admin
 from s3queue.clock import Clock, SystemClock
-from s3queue.errors import Conflict, MalformedMessage
+from s3queue.errors import Conflict, InvalidArgument, MalformedMessage
 from s3queue.events import Emitter, Listener
 from s3queue.keys import MsgKey, QueueKeys, check_message_id, check_queue_name, new_id
 from s3queue.model import Record, encode_records, record_for
@@ -37,6 +40,11 @@ MAX_NOTICES = 10
 PACK_BYTES = 4 * 1024 * 1024
 """`enqueue_many` starts a new object past this size."""
 MAX_GROUP = 128
+MAX_DELAY = timedelta(days=365)
+"""The longest `delay`: a longer one is almost surely a mistake (milliseconds, or a timestamp
+given as a delay), and a key's 13-digit time field would overflow past about 8.2e9 s."""
+
+Delay = float | timedelta
 
 
 class Queue:
@@ -60,7 +68,7 @@ class Queue:
     ) -> None:
         if storage is None:
             if not bucket:
-                raise ValueError("Queue needs bucket= (or storage=)")
+                raise InvalidArgument("Queue needs bucket= (or storage=)")
             from s3queue.storage.s3 import S3Storage, make_client  # noqa: PLC0415 - boto3 only on demand
 
             storage = S3Storage(s3 if s3 is not None else make_client(), bucket)
@@ -72,17 +80,23 @@ class Queue:
         self.emit = Emitter(name, listener)
 
     def enqueue(
-        self, body: Any, *, id: str | None = None, delay: float = 0, group: str | None = None
+        self, body: Any, *, id: str | None = None, delay: Delay = 0, group: str | None = None
     ) -> str:
         """Add one message (one PUT) and return its id.
 
         With an explicit ``id`` a repeated enqueue is a no-op, never a duplicate. ``delay`` is
-        in seconds. Messages of one ``group`` are handled in enqueue order, one at a time.
+        in seconds (or a ``timedelta``), from 0 to `MAX_DELAY`. Messages of one ``group`` are
+        handled in enqueue order, one at a time. A bad argument raises `InvalidArgument` (a bad
+        body `MalformedMessage`) before anything is written.
         """
+        delay_ms = _delay_ms(delay)
+        _check_group(group)
+        if id is not None:
+            check_message_id(id)
         now = self.clock.now_ms()
-        visible = now + _delay_ms(delay)
-        message_id = check_message_id(id) if id is not None else new_id(now)
-        record = record_for(message_id, body, now, _check_group(group))
+        visible = now + delay_ms
+        message_id = id if id is not None else new_id(now)
+        record = record_for(message_id, body, now, group)
         record.dedup = id is not None
         # The key's id is always a generated one: keys of one millisecond sort by it, and only
         # generated ids follow enqueue order (a group's FIFO); an explicit id is in the record.
@@ -101,10 +115,19 @@ class Queue:
         self.emit("enqueue", now, message_id=message_id, key=self.keys.msg_key(key))
         return message_id
 
-    def enqueue_many(self, bodies: Iterable[Any], *, delay: float = 0) -> list[str]:
-        """Add many messages packed into as few objects as possible (one PUT per 4 MiB)."""
+    def enqueue_many(self, bodies: Iterable[Any], *, delay: Delay = 0) -> list[str]:
+        """Add many messages packed into as few objects as possible (one PUT per 4 MiB).
+
+        Every body is checked before the first PUT: one bad body writes nothing.
+        """
+        delay_ms = _delay_ms(delay)
+        if isinstance(bodies, str | bytes | bytearray | memoryview | Mapping):
+            raise InvalidArgument(
+                f"enqueue_many takes an iterable of bodies, not one {type(bodies).__name__} "
+                "(use enqueue for one message)"
+            )
         now = self.clock.now_ms()
-        visible = now + _delay_ms(delay)
+        visible = now + delay_ms
         records = [record_for(new_id(now), body, now) for body in bodies]
         for chunk in _pack(records):
             object_id = chunk[0].id if len(chunk) == 1 else new_id(now)
@@ -185,16 +208,30 @@ class Queue:
         return key
 
 
-def _delay_ms(delay: float) -> int:
-    if delay < 0:
-        raise ValueError(f"delay must not be negative, got {delay}")
-    return round(delay * 1000)
+def _delay_ms(delay: object) -> int:
+    """`delay` in milliseconds; `InvalidArgument` unless a number or timedelta in [0, MAX]."""
+    if isinstance(delay, timedelta):
+        seconds = delay.total_seconds()
+    elif isinstance(delay, numbers.Real) and not isinstance(delay, bool):
+        try:
+            seconds = float(delay)
+        except OverflowError:  # an int beyond any float
+            seconds = math.inf
+    else:
+        raise InvalidArgument(
+            f"delay must be a number of seconds or a datetime.timedelta, got {delay!r}"
+        )
+    limit = MAX_DELAY.total_seconds()
+    if not 0 <= seconds <= limit:  # NaN compares false
+        raise InvalidArgument(
+            f"delay must be finite, from 0 to {limit:.0f} seconds (MAX_DELAY), got {delay!r}"
+        )
+    return round(seconds * 1000)
 
 
-def _check_group(group: str | None) -> str | None:
+def _check_group(group: str | None) -> None:
     if group is not None and (not isinstance(group, str) or not 0 < len(group) <= MAX_GROUP):
-        raise ValueError(f"group must be a string of 1-{MAX_GROUP} characters, got {group!r}")
-    return group
+        raise InvalidArgument(f"group must be a string of 1-{MAX_GROUP} characters, got {group!r}")
 
 
 def _pack(records: list[Record]) -> list[list[Record]]:

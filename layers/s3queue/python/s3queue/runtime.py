@@ -56,16 +56,17 @@ class RunSummary:
 
 
 class LocalContext:
-    """A Lambda context's remaining time; zero once the runtime stops, so work is released."""
+    """A Lambda context's remaining time: the queue's `timeout`, which the worker enforces as
+    Lambda does (`s3queue.guard`); almost none once the runtime stops, so work is released."""
 
     def __init__(self, timeout: float, stop: threading.Event) -> None:
         self._deadline = time.monotonic() + timeout
         self._stop = stop
 
     def get_remaining_time_in_millis(self) -> int:
-        if self._stop.is_set():
-            return 0
-        return max(round((self._deadline - time.monotonic()) * 1000), 0)
+        left = max(round((self._deadline - time.monotonic()) * 1000), 0)
+        # Stopping: 1 ms starts no handler, yet does not time out the one running (0 would).
+        return min(left, 1) if self._stop.is_set() else left
 
 
 class _StoppableClock(SystemClock):

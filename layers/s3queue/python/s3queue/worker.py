@@ -27,6 +27,7 @@ from s3queue.clock import Clock, SystemClock
 from s3queue.config import CoordinatorSettings, QueueSettings
 from s3queue.errors import Conflict, LeaseLost, MalformedMessage, PermanentError, StorageError
 from s3queue.events import Emitter, Listener
+from s3queue.guard import Guard
 from s3queue.keys import QueueKeys, check_queue_name
 from s3queue.lease import read_lease
 from s3queue.model import Message, Outcome, OutcomeKind, Record, Ref, Ticket, to_datetime
@@ -118,7 +119,9 @@ class Worker:
         self.owner = owner or uuid.uuid4().hex[:12]
         self.emit = Emitter(queue, listener)
         self.visibility_ms = round(self.settings.visibility_timeout * 1000)
-        self.time_margin_ms = round(time_margin * 1000)
+        # At most a quarter of the invocation: a margin as long as the whole `timeout` would
+        # release every message, every time, and the queue would never move.
+        self.time_margin_ms = min(round(time_margin * 1000), round(self.settings.timeout * 250))
         self.heartbeat_thread = heartbeat_thread
 
     def process(
@@ -143,14 +146,16 @@ class Worker:
         claim = self._claim(key, ticket, etag, remaining_ms)
         if isinstance(claim, WorkResult):
             return claim
+        guard = Guard(handler, remaining_ms, self.settings.timeout)
         try:
             with self._heartbeat(claim):
-                self._run(claim, handler, remaining_ms)
+                self._run(claim, guard, remaining_ms)
             claim.ticket.state = "committed"
             claim.ticket.committed_ms = self.clock.now_ms()
             claim.write(lease=False)
         except LeaseLost:
             self.emit("lease_lost", self.clock.now_ms(), ticket=key, owner=self.owner)
+            guard.reraise()
             return WorkResult(key, "lost", list(claim.ticket.outcomes))
         self.emit(
             "commit",
@@ -160,6 +165,7 @@ class Worker:
         )
         apply_ticket(self.storage, self.keys, claim.ticket, claim.etag, self._loader(claim))
         self.emit("applied", self.clock.now_ms(), ticket=key)
+        guard.reraise()  # a Ctrl-C in the main thread, now that nothing waits on a lease
         return WorkResult(key, "committed", list(claim.ticket.outcomes))
 
     def _ticket(self, payload: dict[str, Any], key: str) -> tuple[Ticket, str] | None:
@@ -253,7 +259,7 @@ class Worker:
     def _heartbeat(self, claim: _Claim) -> _Beating:
         return _Beating(claim, self.heartbeat_thread)
 
-    def _run(self, claim: _Claim, handler: Handler, remaining_ms: Callable[[], int] | None) -> None:
+    def _run(self, claim: _Claim, guard: Guard, remaining_ms: Callable[[], int] | None) -> None:
         loaded = claim.loaded
         recorded = {(o.ref, o.id): o.kind for o in claim.ticket.outcomes}
         failed_groups: set[str] = set()
@@ -264,17 +270,26 @@ class Worker:
                 if recorded[(ref.key, record.id)] == "retry" and record.group is not None:
                     failed_groups.add(record.group)
                 continue
-            if remaining_ms is not None and remaining_ms() < self.time_margin_ms:
-                self._release(claim, ref, record, "time short")
+            stop = self._stop_reason(guard, remaining_ms)
+            if stop is not None:
+                self._release(claim, ref, record, stop)
                 continue
             if record.group is not None and record.group in failed_groups:
                 self._release(claim, ref, record, "earlier message of its group failed")
                 continue
             self._before_start(claim, ref, index, record)
-            outcome = self._handle(handler, ref, index, record, error, claim.ticket.generation > 0)
+            outcome = self._handle(guard, ref, index, record, error, claim.ticket.generation > 0)
             if outcome.kind == "retry" and record.group is not None:
                 failed_groups.add(record.group)
             claim.record(outcome)
+
+    def _stop_reason(self, guard: Guard, remaining_ms: Callable[[], int] | None) -> str | None:
+        """Why no further handler of this ticket may start, if none may."""
+        if guard.interrupt is not None:
+            return "worker interrupted"
+        if remaining_ms is not None and remaining_ms() < self.time_margin_ms:
+            return "time short"
+        return None
 
     def _before_start(self, claim: _Claim, ref: Ref, index: int, record: Record) -> None:
         """Never start a handler on a lapsed lease: renew first if a heartbeat is overdue (a

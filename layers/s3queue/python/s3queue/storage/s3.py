@@ -23,6 +23,12 @@ once, before any backoff) and resends only if the object is not there:
                                <- response lost
     HEAD                       -> token t: done, return        (consume, delete: too late to
                                                                  be created again)
+
+Listing. `list` gives AWS semantics on servers that walk keys as folders (SeaweedFS): a
+``start_after`` equal to a folder's name no longer skips that folder (see `_just_below`). Such
+a server still orders a folder before a sibling that extends its name with a character below
+``/`` (``a/x`` before ``a-b``, where AWS has ``a-b`` first; a queue's own keys never do): that
+order is kept, so a walk from each page's last key still sees every key once.
 """
 
 from __future__ import annotations
@@ -237,15 +243,24 @@ class S3Storage:
                 )
 
     def list(self, prefix: str, *, start_after: str | None = None, limit: int = 1000) -> Page:
-        params: dict[str, Any] = {"Prefix": prefix, "MaxKeys": min(limit, MAX_KEYS)}
-        if start_after:
-            params["StartAfter"] = start_after
+        """AWS semantics on every server: the keys after `start_after` as strings, even where
+        it names a folder (see `_just_below`)."""
+        limit = min(limit, MAX_KEYS)
+        params: dict[str, Any] = {"Prefix": prefix, "MaxKeys": limit}
+        sent = _just_below(start_after) if start_after else None
+        if sent is not None:
+            params["StartAfter"] = sent
+        lower = sent is not None and sent != start_after
+        if lower:
+            params["MaxKeys"] = min(limit + 1, MAX_KEYS)  # `start_after` itself comes back too
         response = self._call("list_objects_v2", prefix, **params)
         entries = [
             Entry(item["Key"], _unquote(item["ETag"]), item["Size"], _ms(item["LastModified"]))
             for item in response.get("Contents", [])
+            if not (lower and _not_after(item["Key"], str(start_after), str(sent)))
         ]
-        return Page(entries, truncated=bool(response.get("IsTruncated")))
+        truncated = bool(response.get("IsTruncated")) or len(entries) > limit
+        return Page(entries[:limit], truncated=truncated)
 
     def create_bucket(self) -> None:
         """Create the bucket if it does not exist yet (for development servers and tests)."""
@@ -351,6 +366,34 @@ def _no_blind_resend(request_dict: dict[str, Any] | None = None, **_: Any) -> bo
     if headers.get("If-None-Match") == "*" and f"x-amz-meta-{TOKEN_METADATA}" in headers:
         return False
     return None
+
+
+def _just_below(start_after: str) -> str:
+    """A StartAfter that lists what `start_after` does on AWS, plus that key, on any server.
+
+    SeaweedFS walks keys as a folder tree: ``StartAfter="q/inbox"`` skips the whole folder
+    ``q/inbox/`` there, where AWS compares strings and lists ``q/inbox/a.json`` (it sorts after
+    ``q/inbox``). So the last character steps down by one and the highest code point follows
+    (``q/inbow`` + U+10FFFF): that sorts just before ``q/inbox`` on every server, names no
+    folder, and only ``start_after`` itself (or keys beginning with the odd value sent) can lie
+    between them, which `S3Storage.list` drops. A value ending in ``/`` is a folder's inside,
+    which every server lists: it is sent as it is.
+    """
+    last = ord(start_after[-1])
+    if start_after.endswith("/") or last == 0:
+        return start_after
+    step = 0xD7FF if last == 0xE000 else last - 1  # never a surrogate
+    return start_after[:-1] + chr(step) + _HIGHEST
+
+
+_HIGHEST = "\U0010ffff"
+
+
+def _not_after(key: str, start_after: str, sent: str) -> bool:
+    """A key listed from `sent` that the caller's `start_after` excludes: that key itself, or
+    one beginning with `sent` (between the two on AWS). Any other key is the server's own
+    next one, even where a folder-walking server orders it unlike AWS (``a/x``, ``a-b``)."""
+    return key == start_after or key.startswith(sent)
 
 
 def _unquote(etag: str) -> str:

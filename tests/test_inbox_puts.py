@@ -1,0 +1,145 @@
+"""Plain S3 PUTs into an idle queue's inbox are seen on every S3 server (issue 9 item 3).
+
+SeaweedFS skipped the whole ``inbox/`` folder for ``StartAfter="<root>inbox"``, the idle
+probe's listing: a queue fed only by other services never started, and ``dev --drain`` never
+returned. The probe no longer starts at a folder's bare name, and `S3Storage.list` gives AWS
+semantics where a caller still does.
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+from s3queue import run_local
+from s3queue.cli import main
+from s3queue.coordinator import Coordinator
+from s3queue.embedded import EmbeddedS3
+from s3queue.model import Message
+from s3queue.producer import Queue
+from s3queue.storage import MemoryStorage, Page
+from s3queue.storage.s3 import S3Storage
+
+RAW_KEY = "s3queue/jobs/inbox/order-7.json"
+
+
+class FolderWalk(MemoryStorage):
+    """Lists as SeaweedFS does: a `start_after` naming a folder skips that whole folder."""
+
+    def list(self, prefix: str, *, start_after: str | None = None, limit: int = 1000) -> Page:
+        page = super().list(prefix, start_after=start_after, limit=1000)
+        if start_after and not start_after.endswith("/"):
+            hidden = start_after + "/"
+            kept = [e for e in page.entries if not e.key.startswith(hidden)]
+            return Page(kept[:limit], page.truncated or len(kept) > limit)
+        return Page(page.entries[:limit], page.truncated or len(page.entries) > limit)
+
+
+def test_the_probe_sees_an_inbox_put_on_a_server_that_walks_folders() -> None:
+    # GIVEN an idle queue with dedup markers, on storage that skips a named folder
+    storage = FolderWalk()
+    Queue("jobs", storage=storage).enqueue("handled earlier", id="order-1")
+    storage.delete_many(e.key for e in storage.list("s3queue/jobs/msg/").entries)
+    probe = Coordinator(storage, "jobs", invoker=lambda payload: None)
+    assert probe.probe() is False
+    # WHEN another service PUTs one object into the inbox
+    storage.put(RAW_KEY, b'{"order": 7}')
+    # THEN the probe sees work
+    assert probe.probe() is True
+
+
+@pytest.mark.s3
+def test_the_probe_sees_an_inbox_put_on_seaweedfs(shared_s3_client: Any, bucket: str) -> None:
+    probe = Coordinator(S3Storage(shared_s3_client, bucket), "jobs", invoker=lambda p: None)
+    assert probe.probe() is False
+    shared_s3_client.put_object(Bucket=bucket, Key=RAW_KEY, Body=b'{"order": 7}')
+    assert probe.probe() is True
+
+
+@pytest.mark.s3
+def test_one_raw_put_into_an_idle_queue_is_drained(shared_s3_client: Any, bucket: str) -> None:
+    # GIVEN a queue that has only ever had one plain PUT, from another service
+    shared_s3_client.put_object(Bucket=bucket, Key=RAW_KEY, Body=b'{"order": 7}')
+    bodies: list[Any] = []
+    # WHEN the local runtime drains it (the timeout only bounds a failing run)
+    summary = run_local(
+        {"jobs": lambda m: bodies.append(m.body)},
+        bucket=bucket,
+        s3=shared_s3_client,
+        drain=True,
+        timeout=60,
+    )
+    # THEN the message was handled once and nothing is left
+    assert summary.drained and bodies == [{"order": 7}]
+    assert summary.queues["jobs"].processed == 1
+    assert (
+        shared_s3_client.list_objects_v2(Bucket=bucket, Prefix="s3queue/jobs/inbox/")["KeyCount"]
+        == 0
+    )
+
+
+class CountedLists(S3Storage):
+    """`S3Storage` that signals once it has answered `count` LISTs (the runtime is idle)."""
+
+    def __init__(self, client: Any, bucket: str, count: int) -> None:
+        super().__init__(client, bucket)
+        self.count, self.reached = count, threading.Event()
+
+    def list(self, prefix: str, *, start_after: str | None = None, limit: int = 1000) -> Page:
+        self.count -= 1
+        if self.count <= 0:
+            self.reached.set()
+        return super().list(prefix, start_after=start_after, limit=limit)
+
+
+@pytest.mark.s3
+def test_a_raw_put_wakes_a_runtime_that_went_idle(seaweed: EmbeddedS3, bucket: str) -> None:
+    # GIVEN a runtime probing an empty queue on SeaweedFS
+    client = seaweed.make_client()
+    storage = CountedLists(client, bucket, count=4)
+    handled, stop = threading.Event(), threading.Event()
+
+    def handle(message: Message) -> None:
+        if message.body == {"order": 7}:
+            handled.set()
+
+    runner = threading.Thread(
+        target=lambda: run_local({"jobs": handle}, storage=storage, stop=stop)
+    )
+    runner.start()
+    try:
+        assert storage.reached.wait(30)
+        # WHEN another service PUTs one object into the inbox
+        client.put_object(Bucket=bucket, Key=RAW_KEY, Body=b'{"order": 7}')
+        # THEN the runtime wakes up and handles it
+        assert handled.wait(30)
+    finally:
+        stop.set()
+        runner.join()
+
+
+@pytest.mark.s3
+def test_dev_drain_returns_after_one_raw_put(
+    seaweed: EmbeddedS3,
+    bucket: str,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "s3queue")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "s3queue-secret")
+    folder = tmp_path / "handlers"
+    folder.mkdir()
+    (folder / "jobs.py").write_text(
+        "def handle(message):\n    assert message.body == {'order': 7}, message.body\n"
+    )
+    seaweed.make_client().put_object(Bucket=bucket, Key=RAW_KEY, Body=b'{"order": 7}')
+    base = ["--endpoint-url", seaweed.endpoint_url, "--bucket", bucket]
+    code = main([*base, "dev", "--handlers", str(folder), "--drain", "--workers", "1"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert "drained after" in out
+    [row] = [line.split() for line in out.splitlines() if line.startswith("jobs")]
+    assert row[1:3] == ["1", "0"]  # processed 1, failed 0
