@@ -165,6 +165,7 @@ class Bench:
             backoff_cap=s.backoff_cap,
             poison=frozenset(self.expected.poison),
             dead_at_once=frozenset(self.expected.dead_at_once),
+            maybe_dead=frozenset(self.expected.maybe_dead),
             skew_ms=skew_ms,
             drained=drained,
         )

@@ -17,6 +17,8 @@ class Expect:
     """Must be dead after exactly max_retries retries."""
     dead_at_once: frozenset[str] = frozenset()
     """Must be dead with no retry (malformed objects, PermanentError)."""
+    maybe_dead: frozenset[str] = frozenset()
+    """May be dead with no retry: a bad object whose put raised (it may have applied)."""
     skew_ms: int = 0
     """Clock skew allowed in the run: slack for rules that compare two actors' clocks."""
     slack_ms: int = 0

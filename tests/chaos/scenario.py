@@ -136,6 +136,7 @@ def expectation(config: Config, expected: workload.Expected, *, drained: bool) -
         backoff_cap=s.backoff_cap,
         poison=frozenset(expected.poison),
         dead_at_once=frozenset(expected.dead_at_once),
+        maybe_dead=frozenset(expected.maybe_dead),
         skew_ms=config.skew_ms,
         drained=drained,
     )

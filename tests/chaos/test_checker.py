@@ -382,3 +382,15 @@ def test_a_message_handled_before_its_enqueue_returned_may_run_twice() -> None:
     late.dispatch(1, "x").claim(1, "w2").run("w2", "x", 1).commit(1, "w2", ("x", "done"))
     flagged = check(late.entries, FinalState(), dataclasses.replace(EXPECT, poison=frozenset()))
     assert {"committed_twice", "unexplained_duplicate"} <= flagged.invariants()
+
+
+def test_a_bad_object_whose_put_raised_may_be_dead_or_absent() -> None:
+    """Soak seed 424284: the producer's put of an oversized inbox object raised, but had
+    applied; its dead letter is expected then, and its absence too."""
+    dead = {"id": "h", "attempts": 1, "reason": "MalformedMessage: oversized", "errors": []}
+    s = good().add("enqueue_failed", "producer", ids=["h"], error="injected")
+    s.dispatch(30, "h").claim(30, "w1").commit(30, "w1", ("h", "dead"))
+    maybe = dataclasses.replace(EXPECT, maybe_dead=frozenset({"h"}))
+    assert check(s.entries, final(dead=[dead_p(), dead]), maybe).ok
+    assert check(good().entries, final(), maybe).ok
+    assert "dlq_mismatch" in check(s.entries, final(dead=[dead_p(), dead]), EXPECT).invariants()

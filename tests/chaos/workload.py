@@ -100,6 +100,8 @@ class Expected:
 
     poison: set[str] = field(default_factory=set)
     dead_at_once: set[str] = field(default_factory=set)
+    maybe_dead: set[str] = field(default_factory=set)
+    """Dead at once if it exists: its put raised, and may have applied all the same."""
     total: int = 0
 
 
@@ -166,6 +168,8 @@ class Producer:
                 self.queue.storage.put(keys.root + name, body)
             except S3QueueError as exc:
                 self.history.record("enqueue_failed", "producer", ids=[message_id], error=str(exc))
+                if dead:
+                    self.expected.maybe_dead.add(message_id)
                 continue
             self.history.record("put_foreign", "producer", id=message_id, key=keys.root + name)
             self.expected.total += 1
