@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 from s3queue import PermanentError, Queue, run_local
-from s3queue.cli import main, parse_body
-from s3queue.console import ProgressLine, UsageError
-from s3queue.embedded import EmbeddedS3
+from s3queue.local.cli import main, parse_body
+from s3queue.local.console import ProgressLine, UsageError
+from s3queue.local.seaweed import EmbeddedS3
 from s3queue.storage.s3 import S3Storage
 
 REPO = Path(__file__).resolve().parents[1]
@@ -210,7 +210,7 @@ def test_dev_drain_runs_the_handler_folder(cli: Cli, tmp_path: Path) -> None:
 def test_demo_runs_end_to_end(tmp_path: Path) -> None:
     # The whole demo as `make demo` runs it, in a fresh folder, with its own embedded S3.
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "S3QUEUE_"))}
-    command = [sys.executable, "-m", "s3queue.cli", "demo", "--handlers", HANDLERS]
+    command = [sys.executable, "-m", "s3queue.local.cli", "demo", "--handlers", HANDLERS]
     done = subprocess.run(
         command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120, check=False
     )

@@ -13,7 +13,6 @@ from typing import Any
 import pytest
 from botocore.exceptions import NoCredentialsError
 from moto import mock_aws
-from s3queue.embedded import EmbeddedS3
 from s3queue.errors import (
     AccessDenied,
     BucketNotFound,
@@ -21,7 +20,8 @@ from s3queue.errors import (
     EndpointUnreachable,
     StorageError,
 )
-from s3queue.metering import RequestCounter
+from s3queue.local.metering import RequestCounter
+from s3queue.local.seaweed import EmbeddedS3
 from s3queue.storage import Head, new_token
 from s3queue.storage.s3 import S3Storage, make_client
 

@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 from s3queue.config import QueueSettings
-from s3queue.embedded import EmbeddedS3
 from s3queue.errors import StorageError
+from s3queue.local.seaweed import EmbeddedS3
 from s3queue.model import Record, encode_records, foreign_id
 from s3queue.producer import Queue
 from s3queue.storage.base import Storage

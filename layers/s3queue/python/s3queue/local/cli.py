@@ -22,10 +22,10 @@ from typing import Any
 
 from s3queue import admin
 from s3queue.config import DEFAULT_PREFIX, ENV_BUCKET, ENV_ENDPOINT_URL, ENV_PREFIX, ConfigError
-from s3queue.console import Connection, ProgressLine, UsageError, print_summary, print_table
 from s3queue.discovery import discover_handlers
 from s3queue.errors import MalformedMessage, QueueNotFound, S3QueueError
 from s3queue.keys import InvalidName, QueueKeys, check_queue_name
+from s3queue.local.console import Connection, ProgressLine, UsageError, print_summary, print_table
 from s3queue.producer import Queue
 
 DEFAULT_HANDLERS = "functions/handlers"
@@ -257,7 +257,7 @@ def cmd_delete(args: argparse.Namespace) -> int:
 
 
 def cmd_dev(args: argparse.Namespace) -> int:
-    from s3queue.runtime import run_local  # noqa: PLC0415 - only this command needs it
+    from s3queue.local.runtime import run_local  # noqa: PLC0415 - only this command needs it
 
     values = overrides(args.set)
     discover_handlers(args.handlers)  # bad handler modules fail before any server starts
@@ -301,7 +301,7 @@ def _stop_on_interrupt(stop: threading.Event) -> Iterator[None]:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from s3queue.demo import run_demo  # noqa: PLC0415 - only this command needs it
+    from s3queue.local.demo import run_demo  # noqa: PLC0415 - only this command needs it
 
     return run_demo(args, overrides(args.set))
 

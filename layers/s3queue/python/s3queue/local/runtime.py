@@ -24,7 +24,7 @@ from s3queue.coordinator import Coordinator
 from s3queue.errors import StorageError
 from s3queue.events import Event, Listener
 from s3queue.keys import QueueKeys
-from s3queue.loader import Handlers, LocalQueue, load_handlers
+from s3queue.local.loader import Handlers, LocalQueue, load_handlers
 from s3queue.service import FATAL, ServeResult, ServeSettings, serve
 from s3queue.storage.base import Storage
 from s3queue.tally import QueueTally, Tally

@@ -15,8 +15,8 @@ from s3queue.producer import Queue
 from s3queue.storage.s3 import S3Storage, make_client
 
 if TYPE_CHECKING:
-    from s3queue.embedded import EmbeddedS3
-    from s3queue.runtime import RunSummary
+    from s3queue.local.runtime import RunSummary
+    from s3queue.local.seaweed import EmbeddedS3
 
 
 class UsageError(S3QueueError):
@@ -57,7 +57,7 @@ class Connection:
         """``--endpoint-url`` if given; else an embedded SeaweedFS, stopped when `stack` closes."""
         if args.endpoint_url:
             return cls.open(args)
-        from s3queue.embedded import EmbeddedS3  # noqa: PLC0415 - only without an endpoint
+        from s3queue.local.seaweed import EmbeddedS3  # noqa: PLC0415 - only without an endpoint
 
         server = EmbeddedS3(data_dir=data_dir, s3_port=getattr(args, "port", None))
         try:
