@@ -17,8 +17,7 @@ from pathlib import Path
 from string import Template
 from typing import Any
 
-from s3queue import PermanentError
-from s3queue.model import Message
+from s3queue import Message, PermanentError
 
 SETTINGS = {
     "visibility_timeout": 30,

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
-from s3queue.errors import S3QueueError
+from s3queue.errors import ConfigError as ConfigError  # noqa: PLC0414 - re-exported from its old home
 
 ENV_BUCKET = "S3QUEUE_BUCKET"
 ENV_PREFIX = "S3QUEUE_PREFIX"
@@ -27,10 +27,6 @@ ENV_ENDPOINT_URL = "S3QUEUE_ENDPOINT_URL"
 """Optional S3 endpoint (local S3 servers)."""
 
 DEFAULT_PREFIX = "s3queue"
-
-
-class ConfigError(S3QueueError):
-    """A setting with a wrong name, type or value."""
 
 
 @dataclass(frozen=True)

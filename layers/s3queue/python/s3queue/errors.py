@@ -7,6 +7,9 @@ S3QueueError
  |    +-- AccessDenied   wrong or missing credentials, or a policy that forbids the call
  |    +-- EndpointUnreachable
  +-- QueueNotFound       an admin call named a queue that has no objects
+ +-- ConfigError         a setting with a wrong name, type or value
+ +-- InvalidName         a queue name, message id or group that cannot be part of a key
+ +-- InvokeFailed        Lambda did not accept a worker invocation
  +-- MalformedMessage    a body that cannot be encoded, or an object that cannot be decoded
  +-- LeaseLost           a worker's lease on a ticket was taken over; it must stop
  +-- PermanentError      raised by a handler: send the message to the DLQ at once
@@ -41,6 +44,18 @@ class EndpointUnreachable(StorageError):
 
 class QueueNotFound(S3QueueError):
     """No queue of that name exists in the bucket."""
+
+
+class ConfigError(S3QueueError):
+    """A setting with a wrong name, type or value."""
+
+
+class InvalidName(S3QueueError):
+    """A queue name, message id or group that cannot be part of a key."""
+
+
+class InvokeFailed(S3QueueError):
+    """Lambda did not accept a worker invocation, or the queue has no worker function."""
 
 
 class MalformedMessage(S3QueueError):
