@@ -213,8 +213,10 @@ class TestConflicts:
     def test_412_on_delete_of_a_missing_key_is_success(
         self, store: S3Storage, client: Any, injector: Inject
     ) -> None:
-        injector(client, "DeleteObject", 412, "PreconditionFailed")
+        injection = injector(client, "DeleteObject", 412, "PreconditionFailed")
         store.delete("gone", if_match="0" * 32)
+        assert injection.injected == 1
+        assert store.head("gone") is None
 
     def test_412_on_delete_of_a_changed_key_is_conflict(self, store: S3Storage) -> None:
         stale = store.put("k", b"x")
@@ -311,10 +313,15 @@ class TestAwsAnswers:
             aws.put("k", b"x", if_match="0" * 32)
 
     def test_conditional_delete_of_missing_key_is_fine(self, aws: S3Storage) -> None:
+        aws.put("other", b"x")
         aws.delete("k", if_match="0" * 32)
+        assert aws.head("k") is None
+        assert [e.key for e in aws.list("").entries] == ["other"]
 
     def test_create_bucket_twice_is_fine(self, aws: S3Storage) -> None:
+        etag = aws.put("k", b"x")
         aws.create_bucket()
+        assert (head := aws.head("k")) is not None and head.etag == etag
 
     def test_token_recognition(self, aws: S3Storage) -> None:
         token = new_token()

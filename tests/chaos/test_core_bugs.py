@@ -22,9 +22,9 @@ from s3queue.storage.base import Storage
 from s3queue.storage.s3 import S3Storage
 
 from chaos.actors import QUEUE
-from chaos.bench import Bench
 from chaos.faults import FaultPlan, S3Faults
 from chaos.process import Crash, CrashAt, ProcessStorage
+from chaos.rig import Bench
 from chaos.scenario import KEYS, PREFIX
 from chaos.workload import Mix, Spec
 
