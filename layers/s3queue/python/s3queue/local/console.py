@@ -7,7 +7,6 @@ import shutil
 import time
 from contextlib import ExitStack
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 from s3queue.errors import EndpointUnreachable, S3QueueError
@@ -87,17 +86,6 @@ class Connection:
                 start = f"{root}{name}0"
             else:
                 start = key
-
-    def hint(self, handlers: str) -> str:
-        """How to reach the embedded server from another shell."""
-        assert self.server is not None
-        body = '{"to": "ada@example.com", "template": "welcome", "name": "Ada"}'
-        return (
-            f"Embedded S3 at {self.server.endpoint_url}, bucket {self.bucket}. From another "
-            "shell:\n  AWS_ACCESS_KEY_ID=s3queue AWS_SECRET_ACCESS_KEY=s3queue-secret "
-            f"s3queue --endpoint-url {self.server.endpoint_url} --bucket {self.bucket} "
-            f"enqueue --handlers {Path(handlers).resolve()} send_email '{body}'"
-        )
 
 
 def describe(snapshot: dict[str, dict[str, int]]) -> str:

@@ -18,9 +18,10 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import random
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
 from typing import Any, TypeVar
 
@@ -37,6 +38,7 @@ from botocore.exceptions import (
 )
 from botocore.exceptions import ConnectionError as TransportError
 
+from s3queue.config import ENV_ENDPOINT_URL
 from s3queue.errors import (
     AccessDenied,
     BucketNotFound,
@@ -326,14 +328,20 @@ def make_client(
     sdk_retries: int = 5,
     connect_timeout: float = 5.0,
     read_timeout: float = 20.0,
+    environ: Mapping[str, str] | None = None,
 ) -> Any:
     """A boto3 S3 client tuned for many small requests from many threads.
 
+    The endpoint is `endpoint_url`, else ``S3QUEUE_ENDPOINT_URL`` in `environ` (default
+    ``os.environ``), else boto3's own choice (AWS): the one rule of the library and the CLI. Like
+    boto3 reading its ``AWS_*`` variables, this client factory is where the environment enters.
     With an endpoint URL (SeaweedFS, moto, ...) addressing is path-style and the region defaults
     to us-east-1. Checksums are computed only where S3 requires them (DeleteObjects): the bodies
     are small, TLS already protects them, and CRC32 on every call costs client CPU, the
     bottleneck here.
     """
+    if endpoint_url is None:
+        endpoint_url = (os.environ if environ is None else environ).get(ENV_ENDPOINT_URL) or None
     config = Config(
         # botocore's max_attempts counts retries after the first attempt (total_max_attempts
         # would count them all).
