@@ -1,7 +1,7 @@
 """`S3Storage`: the `Storage` protocol over a boto3 S3 client.
 
 This is the only module of the package that imports boto3 or botocore: every `ClientError` and
-`BotoCoreError` is translated here into the tree of `s3queue.errors`.
+`BotoCoreError` is translated here into the tree of `s3queue.errors` (the tables: `responses`).
 
 Retries. botocore retries each call itself (standard mode); on top of that every call here runs
 in a bounded loop with exponential backoff and full jitter, for throttling, 5xx and lost
@@ -22,7 +22,6 @@ import os
 import random
 import time
 from collections.abc import Callable, Iterable, Mapping
-from datetime import datetime
 from typing import Any, TypeVar
 
 import boto3
@@ -41,7 +40,6 @@ from botocore.exceptions import ConnectionError as TransportError
 from s3queue.config import ENV_ENDPOINT_URL
 from s3queue.errors import (
     AccessDenied,
-    BucketNotFound,
     Conflict,
     EndpointUnreachable,
     S3QueueError,
@@ -55,6 +53,7 @@ from s3queue.storage.base import (
     settle_delete_conflict,
     settle_put_conflict,
 )
+from s3queue.storage.responses import AlreadyOwned, Missing, classify, etag, ms, unquote
 
 log = logging.getLogger(__name__)
 
@@ -64,45 +63,8 @@ Sleep = Callable[[float], None]
 TOKEN_METADATA = "s3q-token"
 MAX_KEYS = 1000
 
-_CONFLICT_CODES = frozenset({"PreconditionFailed", "ConditionalRequestConflict"})
-# Throttling and server-side failures a retry may cure (besides any 5xx and 429).
-_TRANSIENT_CODES = frozenset(
-    [
-        "SlowDown",
-        "Throttling",
-        "ThrottlingException",
-        "ThrottledException",
-        "RequestThrottled",
-        "RequestThrottledException",
-        "TooManyRequestsException",
-        "RequestLimitExceeded",
-        "BandwidthLimitExceeded",
-        "RequestTimeout",
-        "RequestTimeoutException",
-        "PriorRequestNotComplete",
-        "InternalError",
-        "ServiceUnavailable",
-    ]
-)
-_DENIED_HINTS = {
-    "InvalidAccessKeyId": "this endpoint does not know the access key id: check "
-    "AWS_ACCESS_KEY_ID / AWS_PROFILE",
-    "SignatureDoesNotMatch": "the secret key does not match the access key id: check "
-    "AWS_SECRET_ACCESS_KEY",
-    "ExpiredToken": "the session token has expired: refresh the credentials",
-    "InvalidToken": "the session token is malformed: refresh the credentials",
-    "RequestTimeTooSkewed": "this machine's clock is too far from the server's: sync it (NTP)",
-}
 _CREDENTIAL_ERRORS = (NoCredentialsError, PartialCredentialsError, CredentialRetrievalError)
 _TRANSPORT_ERRORS = (TransportError, HTTPClientError, IncompleteReadError)
-
-
-class _Missing(StorageError):
-    """A 404 on a key: callers turn it into None, success or Conflict; never raised to users."""
-
-
-class _AlreadyOwned(StorageError):
-    """CreateBucket on a bucket we own already: success for `create_bucket`."""
 
 
 class S3Storage:
@@ -136,19 +98,19 @@ class S3Storage:
             response = self._client.get_object(Bucket=self.bucket, Key=key)
             # Read inside the retried call: a connection dropped mid-body is retried too.
             body = response["Body"].read()
-            return Object(key, body, _etag(response), _ms(response["LastModified"]))
+            return Object(key, body, etag(response), ms(response["LastModified"]))
 
         try:
             return self._run("GetObject", key, fetch)
-        except _Missing:
+        except Missing:
             return None
 
     def head(self, key: str) -> Head | None:
         try:
             response = self._call("head_object", key, Key=key)
-        except _Missing:
+        except Missing:
             return None
-        return Head(_etag(response), response.get("Metadata", {}).get(TOKEN_METADATA))
+        return Head(etag(response), response.get("Metadata", {}).get(TOKEN_METADATA))
 
     def put(
         self,
@@ -167,7 +129,7 @@ class S3Storage:
         if token is not None:
             params["Metadata"] = {TOKEN_METADATA: token}
         try:
-            return _etag(self._put(key, params))
+            return etag(self._put(key, params))
         except Conflict:
             # Our own earlier attempt may have applied (see the module docstring), or a 409
             # left everything as it was: only a failed condition is a Conflict.
@@ -178,7 +140,7 @@ class S3Storage:
     def _put(self, key: str, params: dict[str, Any]) -> dict[str, Any]:
         try:
             return self._call("put_object", key, **params)
-        except _Missing as exc:
+        except Missing as exc:
             # AWS answers 404 NoSuchKey to If-Match on a missing key: the condition failed.
             raise Conflict(f"{key} is gone") from exc
 
@@ -188,7 +150,7 @@ class S3Storage:
             params["IfMatch"] = f'"{if_match}"'
         try:
             self._call("delete_object", key, **params)
-        except _Missing:
+        except Missing:
             return
         except Conflict:
             # SeaweedFS answers 412 where AWS answers 404 to If-Match on a missing key, and a
@@ -219,7 +181,7 @@ class S3Storage:
             params["StartAfter"] = start_after
         response = self._call("list_objects_v2", prefix, **params)
         entries = [
-            Entry(item["Key"], _unquote(item["ETag"]), item["Size"], _ms(item["LastModified"]))
+            Entry(item["Key"], unquote(item["ETag"]), item["Size"], ms(item["LastModified"]))
             for item in response.get("Contents", [])
         ]
         return Page(entries, truncated=bool(response.get("IsTruncated")))
@@ -230,7 +192,7 @@ class S3Storage:
         region = self._client.meta.region_name
         if region and region != "us-east-1":
             params["CreateBucketConfiguration"] = {"LocationConstraint": region}
-        with contextlib.suppress(_AlreadyOwned):
+        with contextlib.suppress(AlreadyOwned):
             self._call("create_bucket", None, **params)
 
     def _call(self, method: str, key: str | None, **params: Any) -> dict[str, Any]:
@@ -282,42 +244,11 @@ class S3Storage:
 
 
 def _from_client_error(exc: ClientError, where: str, bucket: str) -> tuple[S3QueueError, bool]:
-    """Map an S3 error response to our tree; 404 on a key becomes the private `_Missing`."""
+    """Map an S3 error response to our tree (`classify`)."""
     error = exc.response.get("Error", {})
-    code = str(error.get("Code", ""))
     status = int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode") or 0)
-    if code == "ConditionalRequestConflict":
-        # 409: a concurrent operation on the key; S3 asks for a retry. Still a Conflict once
-        # retries run out, and `settle_*_conflict` then tells a real one from this.
-        return Conflict(f"{where}: {code}"), True
-    if code in _CONFLICT_CODES or status == 412:
-        return Conflict(f"{where}: {code or status}"), False
-    if code == "NoSuchBucket":
-        return BucketNotFound(
-            f"S3 bucket {bucket!r} does not exist: create it, or fix the bucket name or region"
-        ), False
-    if code in _DENIED_HINTS or code == "AccessDenied" or status == 403:
-        hint = _DENIED_HINTS.get(code, f"check that the credentials may access bucket {bucket!r}")
-        return AccessDenied(f"S3 refused {where} ({code or status}): {hint}"), False
-    if status == 404:
-        return _Missing(f"{where}: not found"), False
-    if code == "BucketAlreadyOwnedByYou":
-        return _AlreadyOwned(f"{where}: already owned"), False
-    transient = code in _TRANSIENT_CODES or status == 429 or status >= 500
     message = str(error.get("Message", "")).replace("\n", " ")
-    return StorageError(f"{where} failed: {code} {message} (HTTP {status})"), transient
-
-
-def _unquote(etag: str) -> str:
-    return etag.strip('"')
-
-
-def _etag(response: dict[str, Any]) -> str:
-    return _unquote(str(response["ETag"]))
-
-
-def _ms(moment: datetime) -> int:
-    return int(moment.timestamp() * 1000)
+    return classify(str(error.get("Code", "")), status, message, where, bucket)
 
 
 def make_client(
