@@ -53,7 +53,12 @@ from s3queue.storage.base import (
     settle_delete_conflict,
     settle_put_conflict,
 )
-from s3queue.storage.responses import AlreadyOwned, Missing, classify, etag, ms, unquote
+from s3queue.storage.responses import AlreadyOwned as _AlreadyOwned
+from s3queue.storage.responses import Missing as _Missing
+from s3queue.storage.responses import classify
+from s3queue.storage.responses import etag as _etag
+from s3queue.storage.responses import ms as _ms
+from s3queue.storage.responses import unquote as _unquote
 
 log = logging.getLogger(__name__)
 
@@ -98,19 +103,19 @@ class S3Storage:
             response = self._client.get_object(Bucket=self.bucket, Key=key)
             # Read inside the retried call: a connection dropped mid-body is retried too.
             body = response["Body"].read()
-            return Object(key, body, etag(response), ms(response["LastModified"]))
+            return Object(key, body, _etag(response), _ms(response["LastModified"]))
 
         try:
             return self._run("GetObject", key, fetch)
-        except Missing:
+        except _Missing:
             return None
 
     def head(self, key: str) -> Head | None:
         try:
             response = self._call("head_object", key, Key=key)
-        except Missing:
+        except _Missing:
             return None
-        return Head(etag(response), response.get("Metadata", {}).get(TOKEN_METADATA))
+        return Head(_etag(response), response.get("Metadata", {}).get(TOKEN_METADATA))
 
     def put(
         self,
@@ -129,7 +134,7 @@ class S3Storage:
         if token is not None:
             params["Metadata"] = {TOKEN_METADATA: token}
         try:
-            return etag(self._put(key, params))
+            return _etag(self._put(key, params))
         except Conflict:
             # Our own earlier attempt may have applied (see the module docstring), or a 409
             # left everything as it was: only a failed condition is a Conflict.
@@ -140,7 +145,7 @@ class S3Storage:
     def _put(self, key: str, params: dict[str, Any]) -> dict[str, Any]:
         try:
             return self._call("put_object", key, **params)
-        except Missing as exc:
+        except _Missing as exc:
             # AWS answers 404 NoSuchKey to If-Match on a missing key: the condition failed.
             raise Conflict(f"{key} is gone") from exc
 
@@ -150,7 +155,7 @@ class S3Storage:
             params["IfMatch"] = f'"{if_match}"'
         try:
             self._call("delete_object", key, **params)
-        except Missing:
+        except _Missing:
             return
         except Conflict:
             # SeaweedFS answers 412 where AWS answers 404 to If-Match on a missing key, and a
@@ -181,7 +186,7 @@ class S3Storage:
             params["StartAfter"] = start_after
         response = self._call("list_objects_v2", prefix, **params)
         entries = [
-            Entry(item["Key"], unquote(item["ETag"]), item["Size"], ms(item["LastModified"]))
+            Entry(item["Key"], _unquote(item["ETag"]), item["Size"], _ms(item["LastModified"]))
             for item in response.get("Contents", [])
         ]
         return Page(entries, truncated=bool(response.get("IsTruncated")))
@@ -192,7 +197,7 @@ class S3Storage:
         region = self._client.meta.region_name
         if region and region != "us-east-1":
             params["CreateBucketConfiguration"] = {"LocationConstraint": region}
-        with contextlib.suppress(AlreadyOwned):
+        with contextlib.suppress(_AlreadyOwned):
             self._call("create_bucket", None, **params)
 
     def _call(self, method: str, key: str | None, **params: Any) -> dict[str, Any]:
