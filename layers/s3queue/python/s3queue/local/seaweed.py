@@ -160,10 +160,6 @@ class EmbeddedS3:
             # it (and in open mode it answers AccessDenied instead).
             "-s3.autoCreateBucket=false",
             "-volume.preStopSeconds=0",
-            # Every bucket is a collection with volumes of its own; the default limit (free disk
-            # / volume size: 72 volumes on a 74 GB disk) failed the whole test suite's PUTs
-            # with InternalError after about 73 buckets. Volume files are sparse until written.
-            "-volume.max=2000",
             # The default sockets are /tmp/seaweedfs-*-<port>.sock, shared by every server.
             f"-filer.localSocket={self._data_dir / 'filer.sock'}",
             f"-s3.localSocket={self._data_dir / 's3.sock'}",
