@@ -31,8 +31,8 @@ from typing import Any
 from s3queue import config
 from s3queue.clock import FakeClock
 from s3queue.coordinator import Coordinator
-from s3queue.embedded import ANY_CREDENTIALS
-from s3queue.metering import RequestCounter
+from s3queue.local.metering import RequestCounter
+from s3queue.local.seaweed import ANY_CREDENTIALS
 from s3queue.producer import Queue
 from s3queue.service import Gauges, ServeSettings, serve
 from s3queue.storage.s3 import S3Storage

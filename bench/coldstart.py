@@ -27,14 +27,17 @@ import zipfile
 from pathlib import Path
 from typing import Any
 
+from s3queue.packaging import shipped
+
 from bench.plan import Plan
 from bench.progress import Progress
 from bench.target import Target
 
 ROOT = Path(__file__).resolve().parents[1]
-LAYER = ROOT / "layers" / "s3queue" / "python"
+ASSET = ROOT / "layers" / "s3queue"
+"""The layer asset's root, as the CDK stack packs it (`s3queue.packaging.LAYER_EXCLUDES`)."""
+LAYER = ASSET / "python"
 FUNCTIONS = ROOT / "functions"
-EXCLUDED = ("__pycache__", ".egg-info")
 ENTRY_POINTS = {
     # name: (code root relative to functions/, module Lambda imports)
     "worker": (".", "worker.app"),
@@ -114,25 +117,27 @@ def top_imports(importtime: str, count: int) -> list[dict[str, Any]]:
 
 
 def layer_size() -> dict[str, Any]:
-    """Files, bytes and zipped bytes of ``layers/s3queue/python`` (as the CDK asset ships it)."""
+    """Files, bytes and zipped bytes of the layer as the CDK asset ships it (no ``local/``)."""
     buffer = io.BytesIO()
     files = raw = 0
     with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
         for path in sorted(LAYER.rglob("*")):
-            if path.is_file() and not _excluded(path):
+            if path.is_file() and shipped(path.relative_to(ASSET)):
                 archive.write(path, Path("python") / path.relative_to(LAYER))
                 files += 1
                 raw += path.stat().st_size
     return {"files": files, "bytes": raw, "zip_bytes": len(buffer.getvalue())}
 
 
-def _excluded(path: Path) -> bool:
-    return path.suffix == ".pyc" or any(part.endswith(EXCLUDED) for part in path.parts)
+def _layer_ignore(folder: str, names: list[str]) -> set[str]:
+    """What `shutil.copytree` leaves out of the layer: what the CDK asset leaves out."""
+    base = Path(folder).relative_to(ASSET)
+    return {name for name in names if not shipped(base / name)}
 
 
 def _copy_code(tmp: Path) -> Path:
+    shutil.copytree(LAYER, tmp / "python", ignore=_layer_ignore)
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info")
-    shutil.copytree(LAYER, tmp / "python", ignore=ignore)
     shutil.copytree(FUNCTIONS, tmp / "functions", ignore=ignore)
     return tmp
 

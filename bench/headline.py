@@ -6,7 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from s3queue.runtime import LOCAL_SERVE
+from s3queue.local.runtime import LOCAL_SERVE
 
 Results = dict[str, Any]
 

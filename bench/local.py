@@ -16,7 +16,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from s3queue.events import Event
-from s3queue.runtime import RunSummary, run_local
+from s3queue.local.runtime import RunSummary, run_local
 from s3queue.storage.base import Storage
 
 OnDone = Callable[[int], None]

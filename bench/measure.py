@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from s3queue.metering import RequestCounter
+from s3queue.local.metering import RequestCounter
 from s3queue.producer import Queue
 
 BILLED = ("PUT", "GET", "HEAD", "LIST", "DELETE", "POST")

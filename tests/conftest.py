@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
-from s3queue.embedded import EmbeddedS3
+from s3queue.local.seaweed import EmbeddedS3
 from s3queue.storage import MemoryStorage, Storage
 from s3queue.storage.s3 import S3Storage
 

@@ -12,7 +12,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from s3queue.embedded import EmbeddedS3
+from s3queue.local.seaweed import EmbeddedS3
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root: bench/
 

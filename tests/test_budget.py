@@ -15,7 +15,7 @@ import pytest
 from harness import CountingStorage, Harness, Recorder
 from s3queue.clock import FakeClock
 from s3queue.config import QueueSettings
-from s3queue.metering import RequestCounter
+from s3queue.local.metering import RequestCounter
 from s3queue.storage import MemoryStorage, Storage
 from s3queue.storage.s3 import S3Storage
 

@@ -13,9 +13,11 @@ from typing import Any
 
 import pytest
 from s3queue import PermanentError, Queue, run_local
-from s3queue.cli import main, parse_body
-from s3queue.console import ProgressLine, UsageError
-from s3queue.embedded import EmbeddedS3
+from s3queue.local.cli import main
+from s3queue.local.commands import parse_body
+from s3queue.local.console import ProgressLine, UsageError
+from s3queue.local.hosting import DataDirBusy, PortBusy
+from s3queue.local.seaweed import EmbeddedS3
 from s3queue.storage.s3 import S3Storage
 
 REPO = Path(__file__).resolve().parents[1]
@@ -129,6 +131,11 @@ def test_bad_input_is_one_line_and_exit_code_2(cli: Cli, tmp_path: Path) -> None
         (("delete", "no_such_queue"), "has no objects"),
         (("dev", "--set", "backoff_base"), "expected KEY=NUMBER"),
         (("dev", "--handlers", str(tmp_path / "none")), "does not exist"),
+        (("enqueue", "send_email", "{}", "--delay", "-5"), "delay must be finite"),
+        (("enqueue", "send_email", "{}", "--group", ""), "group must be a string of 1-128"),
+        (("stats", "--endpoint-url", "not-a-url"), "--endpoint-url: expected an http(s) URL"),
+        (("dlq", "list", "jobs", "--limit", "-1"), "--limit: expected a whole number"),
+        (("dev", "--port", "80"), "--port: expected a port from 1024"),
     ]
     for args, message in cases:
         code, out, err = cli(*args)
@@ -164,23 +171,30 @@ def test_s3_trouble_is_one_line_and_exit_code_1(
 
 @pytest.mark.s3
 def test_dlq_list_redrive_purge_delete(cli: Cli, seaweed: EmbeddedS3, bucket: str) -> None:
-    # GIVEN a queue with one dead letter and one pending message
+    # GIVEN a queue with three dead letters and three pending messages (two packed in one object)
     client = seaweed.make_client()
     jobs = Queue("jobs", storage=S3Storage(client, bucket))
-    jobs.enqueue({"n": 1})
+    jobs.enqueue_many([{"n": 1}, {"n": 2}, {"n": 3}])
 
     def refuse(message: Any) -> None:
         raise PermanentError("refused by the test")
 
     assert run_local({"jobs": refuse}, bucket=bucket, s3=client, drain=True, timeout=30).drained
-    jobs.enqueue({"n": 2})
+    jobs.enqueue({"n": 4}, id="order-4")
+    jobs.enqueue_many([{"n": 5}, {"n": 6}])
     listed = cli.ok("dlq", "list", "jobs")
-    assert "PermanentError: refused by the test" in listed and "1 dead letters" in listed
-    [entry] = json.loads(cli.ok("dlq", "list", "jobs", "--json"))
-    assert entry["attempts"] == 1 and entry["body"] == {"n": 1}
-    assert cli.ok("dlq", "redrive", "jobs").strip() == "redrove 1 messages of jobs"
-    assert json.loads(cli.ok("stats", "jobs", "--json"))["pending"] == 2
-    assert "purged" in cli.ok("purge", "jobs", "--include-dlq")
+    assert "PermanentError: refused by the test" in listed and "3 dead letters in jobs" in listed
+    limited = cli.ok("dlq", "list", "jobs", "--limit", "1").splitlines()
+    assert len(limited) == 2 and limited[-1] == "showing 1 of 3 dead letters in jobs (--limit 1)"
+    entries = json.loads(cli.ok("dlq", "list", "jobs", "--json"))
+    assert [e["body"] for e in entries] == [{"n": 1}, {"n": 2}, {"n": 3}]
+    assert all(e["attempts"] == 1 and e["body_encoding"] == "json" for e in entries)
+    assert not [e for e in entries if "attempt" in e or "b64" in e]
+    assert cli.ok("purge", "jobs").strip() == "purged 3 messages of jobs"
+    assert cli.ok("dlq", "redrive", "jobs").strip() == "redrove 3 messages of jobs"
+    assert json.loads(cli.ok("stats", "jobs", "--json"))["pending"] == 3
+    purged = cli.ok("purge", "jobs", "--include-dlq").strip()
+    assert purged == "purged 3 messages and dead letters of jobs"
     assert json.loads(cli.ok("stats", "jobs", "--json"))["pending"] == 0
     assert "deleted queue jobs" in cli.ok("delete", "jobs")
     assert cli("stats", "jobs")[0] == 2
@@ -210,7 +224,7 @@ def test_dev_drain_runs_the_handler_folder(cli: Cli, tmp_path: Path) -> None:
 def test_demo_runs_end_to_end(tmp_path: Path) -> None:
     # The whole demo as `make demo` runs it, in a fresh folder, with its own embedded S3.
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "S3QUEUE_"))}
-    command = [sys.executable, "-m", "s3queue.cli", "demo", "--handlers", HANDLERS]
+    command = [sys.executable, "-m", "s3queue.local.cli", "demo", "--handlers", HANDLERS]
     done = subprocess.run(
         command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120, check=False
     )
@@ -219,3 +233,59 @@ def test_demo_runs_end_to_end(tmp_path: Path) -> None:
     assert "drained after" in out and "DLQ generate_report/" in out
     assert "ValueError: nothing to aggregate" in out and "4 attempts" in out
     assert len(list((tmp_path / ".s3queue-dev" / "outbox").glob("*.eml"))) == 4
+
+
+@pytest.mark.s3
+def test_ctrl_c_stops_dev_with_exit_code_130(cli: Cli, tmp_path: Path) -> None:
+    # GIVEN a handler that presses Ctrl-C (SIGINT to this process) when it runs
+    folder = tmp_path / "handlers"
+    folder.mkdir()
+    (folder / "jobs.py").write_text(
+        "import os, signal\n\ndef handle(message):\n    os.kill(os.getpid(), signal.SIGINT)\n"
+    )
+    cli.ok("enqueue", "jobs", "go", "--handlers", str(folder))
+    # WHEN dev runs it (not --drain: only Ctrl-C ends it)
+    code, out, err = cli("dev", "--handlers", str(folder), "--workers", "1")
+    # THEN it stops cleanly, prints its summary, and exits 130 as the docs say
+    assert code == 130, err
+    assert "stopped after" in out and "restart after editing" in err
+
+
+@pytest.mark.s3
+def test_closed_output_pipe_is_not_a_traceback(cli: Cli) -> None:
+    # GIVEN a reader that closed the pipe before s3queue wrote (as `| head` does early)
+    cli.ok("enqueue", "send_email", "{}", "--handlers", HANDLERS)
+    read, write = os.pipe()
+    os.close(read)
+    command = [sys.executable, "-m", "s3queue.local.cli", *cli.base, "stats", "--json"]
+    with os.fdopen(write, "wb") as stdout:
+        done = subprocess.run(
+            command, stdout=stdout, stderr=subprocess.PIPE, text=True, timeout=60, check=False
+        )
+    # THEN no traceback, and the conventional exit code of a closed pipe
+    assert done.returncode == 141, done.stderr
+    assert done.stderr == ""
+
+
+@pytest.mark.s3
+def test_second_server_on_one_data_dir_fails_with_the_first_ones_endpoint(
+    seaweed: EmbeddedS3,
+    tmp_path: Path,
+    capsys: Any,
+    credentials: None,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    data = tmp_path / "s3"
+    with EmbeddedS3(data_dir=data) as first:
+        with pytest.raises(DataDirBusy, match=f"use it with --endpoint-url {first.endpoint_url}"):
+            EmbeddedS3(data_dir=data).start()
+        assert first.make_client().list_buckets()["Buckets"] == []  # the first one still serves
+    # The S3 port of a running server: `dev --port` says so instead of using that server.
+    port = seaweed.endpoint_url.rsplit(":", 1)[1]
+    monkeypatch.chdir(tmp_path)
+    capsys.readouterr()
+    code = main(["dev", "--handlers", HANDLERS, "--port", port])
+    err = capsys.readouterr().err
+    assert code == 1 and f"port {port} is in use" in err and err.count("\n") == 1, err
+    with pytest.raises(PortBusy):
+        EmbeddedS3(s3_port=int(port)).start()

@@ -18,7 +18,7 @@ from s3queue.config import (
 )
 
 REPO = Path(__file__).resolve().parents[1]
-CONTRACT_MODULES = {"s3queue.config", "s3queue.names", "s3queue.metric_names"}
+CONTRACT_MODULES = {"s3queue.config", "s3queue.names", "s3queue.metric_names", "s3queue.packaging"}
 
 
 def queue_map(count: int, name: str = "queue_{:03d}") -> QueueMap:

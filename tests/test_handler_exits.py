@@ -18,8 +18,8 @@ from harness import Harness, Recorder
 from s3queue import Queue, run_local
 from s3queue.config import QueueSettings
 from s3queue.guard import WorkerKilled
+from s3queue.local.runtime import LocalContext
 from s3queue.model import Message
-from s3queue.runtime import LocalContext
 from s3queue.storage import MemoryStorage
 from s3queue.worker import WorkResult
 

@@ -9,7 +9,7 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
-from s3queue.embedded import ANY_CREDENTIALS, EmbeddedS3
+from s3queue.local.seaweed import ANY_CREDENTIALS, EmbeddedS3
 from s3queue.model import Message
 from s3queue.storage.s3 import S3Storage
 

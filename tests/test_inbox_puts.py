@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 from s3queue import run_local
-from s3queue.cli import main
 from s3queue.coordinator import Coordinator
-from s3queue.embedded import EmbeddedS3
+from s3queue.local.cli import main
+from s3queue.local.seaweed import EmbeddedS3
 from s3queue.model import Message
 from s3queue.producer import Queue
 from s3queue.storage import MemoryStorage, Page

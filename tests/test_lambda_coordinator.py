@@ -25,7 +25,7 @@ from s3queue.config import ConfigError, QueueMap, QueueSettings
 from s3queue.coordinator import Coordinator
 from s3queue.invoke import InvokeFailed, LambdaInvoker
 from s3queue.lease import read_lease
-from s3queue.metering import RequestCounter
+from s3queue.local.metering import RequestCounter
 from s3queue.producer import Queue
 from s3queue.storage.s3 import S3Storage, make_client
 

@@ -7,9 +7,9 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from s3queue.embedded import EmbeddedS3
 from s3queue.errors import Conflict
-from s3queue.metering import KINDS, RequestCounter, kind_of
+from s3queue.local.metering import KINDS, RequestCounter, kind_of
+from s3queue.local.seaweed import EmbeddedS3
 from s3queue.storage.s3 import S3Storage
 
 pytestmark = pytest.mark.s3

@@ -17,8 +17,8 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
-from s3queue.embedded import EmbeddedS3
 from s3queue.errors import Conflict
+from s3queue.local.seaweed import EmbeddedS3
 from s3queue.storage import new_token
 from s3queue.storage.s3 import S3Storage
 

@@ -13,7 +13,6 @@ from typing import Any
 import pytest
 from botocore.exceptions import NoCredentialsError
 from moto import mock_aws
-from s3queue.embedded import EmbeddedS3
 from s3queue.errors import (
     AccessDenied,
     BucketNotFound,
@@ -21,7 +20,8 @@ from s3queue.errors import (
     EndpointUnreachable,
     StorageError,
 )
-from s3queue.metering import RequestCounter
+from s3queue.local.metering import RequestCounter
+from s3queue.local.seaweed import EmbeddedS3
 from s3queue.storage import Head, new_token
 from s3queue.storage.s3 import S3Storage, make_client
 
@@ -213,8 +213,10 @@ class TestConflicts:
     def test_412_on_delete_of_a_missing_key_is_success(
         self, store: S3Storage, client: Any, injector: Inject
     ) -> None:
-        injector(client, "DeleteObject", 412, "PreconditionFailed")
+        injection = injector(client, "DeleteObject", 412, "PreconditionFailed")
         store.delete("gone", if_match="0" * 32)
+        assert injection.injected == 1
+        assert store.head("gone") is None
 
     def test_412_on_delete_of_a_changed_key_is_conflict(self, store: S3Storage) -> None:
         stale = store.put("k", b"x")
@@ -342,10 +344,15 @@ class TestAwsAnswers:
             aws.put("k", b"x", if_match="0" * 32)
 
     def test_conditional_delete_of_missing_key_is_fine(self, aws: S3Storage) -> None:
+        aws.put("other", b"x")
         aws.delete("k", if_match="0" * 32)
+        assert aws.head("k") is None
+        assert [e.key for e in aws.list("").entries] == ["other"]
 
     def test_create_bucket_twice_is_fine(self, aws: S3Storage) -> None:
+        etag = aws.put("k", b"x")
         aws.create_bucket()
+        assert (head := aws.head("k")) is not None and head.etag == etag
 
     def test_start_after_a_folder_name_lists_that_folder(self, aws: S3Storage) -> None:
         # The AWS answer that `S3Storage.list` gives on SeaweedFS too (test_storage_contract).

@@ -6,7 +6,7 @@ import time
 
 import pytest
 from s3queue.errors import Conflict
-from s3queue.storage import Storage, new_token
+from s3queue.storage import Head, Storage, new_token
 
 
 def now_ms() -> int:
@@ -128,7 +128,10 @@ class TestDelete:
         assert storage.get("q/a") is None
 
     def test_delete_missing_key_is_fine(self, storage: Storage) -> None:
+        storage.put("q/other", b"x")
         storage.delete("q/none")
+        assert storage.get("q/none") is None
+        assert [e.key for e in storage.list("q/").entries] == ["q/other"]
 
     def test_delete_if_match_current_etag_removes(self, storage: Storage) -> None:
         etag = storage.put("q/a", b"x")
@@ -144,9 +147,13 @@ class TestDelete:
 
     def test_delete_if_match_on_missing_key_is_fine(self, storage: Storage) -> None:
         etag = storage.put("q/a", b"x")
+        storage.put("q/other", b"y")
         storage.delete("q/a")
         storage.delete("q/a", if_match=etag)
         storage.delete("q/never", if_match="0123456789abcdef0123456789abcdef")
+        assert storage.head("q/a") is None
+        assert storage.head("q/never") is None
+        assert [e.key for e in storage.list("q/").entries] == ["q/other"]
 
     def test_delete_many_removes_present_and_ignores_missing(self, storage: Storage) -> None:
         for key in ("q/a", "q/b", "q/c"):
@@ -155,8 +162,10 @@ class TestDelete:
         assert [e.key for e in storage.list("q/").entries] == ["q/b"]
 
     def test_delete_many_of_nothing_is_fine(self, storage: Storage) -> None:
+        etag = storage.put("q/a", b"x")
         storage.delete_many([])
         storage.delete_many(iter(()))
+        assert storage.head("q/a") == Head(etag, None)
 
 
 class TestList:

@@ -7,6 +7,7 @@ from pathlib import Path
 from aws_cdk import Aws
 from aws_cdk import aws_lambda as lambda_
 from constructs import Construct
+from s3queue.packaging import LAYER_EXCLUDES
 
 from s3queue_cdk.functions import ARCHITECTURE, RUNTIME
 
@@ -14,7 +15,6 @@ POWERTOOLS_ACCOUNT = "017000801446"
 """AWS's account that publishes Powertools for AWS Lambda (Python) in the commercial regions."""
 POWERTOOLS_LAYER = "AWSLambdaPowertoolsPythonV3-python312-arm64"
 """The build matching `RUNTIME` and `ARCHITECTURE`."""
-LAYER_EXCLUDES = ["**/__pycache__", "**/*.pyc", "**/*.egg-info"]
 
 
 def powertools_layer_arn(version: int) -> str:
@@ -29,6 +29,7 @@ class Layers(Construct):
     """The layers every function uses: ``s3queue`` (queue logic) and Powertools (observability).
 
     ``layer_dir`` holds ``python/s3queue/``: Lambda puts a layer's ``python/`` on ``sys.path``.
+    `LAYER_EXCLUDES` leaves out the local tools (``s3queue/local/``) and bytecode.
     The s3queue package needs only boto3, which the Lambda runtime ships, so nothing else is
     bundled. Powertools comes from AWS's public layer rather than a copy in ours: AWS builds it
     for each runtime and architecture, and ``powertools_version`` pins it.
@@ -47,7 +48,7 @@ class Layers(Construct):
         self.s3queue = lambda_.LayerVersion(
             self,
             "S3Queue",
-            code=lambda_.Code.from_asset(str(layer_dir), exclude=LAYER_EXCLUDES),
+            code=lambda_.Code.from_asset(str(layer_dir), exclude=list(LAYER_EXCLUDES)),
             compatible_runtimes=[RUNTIME],
             compatible_architectures=[ARCHITECTURE],
             description="S3Queue: the queue logic shared by the coordinator and the workers",

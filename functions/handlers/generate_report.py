@@ -16,7 +16,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from s3queue.model import Message
+from s3queue import Message
 
 SETTINGS = {
     "visibility_timeout": 120,

@@ -25,10 +25,9 @@ from string import Template
 from typing import Any
 
 from aws_lambda_powertools.utilities.idempotency import IdempotencyConfig, idempotent_function
-from s3queue import PermanentError
+from s3queue import Message, PermanentError
 from s3queue.config import ENV_BUCKET
 from s3queue.idempotency import S3PersistenceLayer
-from s3queue.model import Message
 
 SETTINGS = {
     "visibility_timeout": 30,

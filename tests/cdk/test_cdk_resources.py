@@ -150,7 +150,9 @@ def test_one_worker_per_handler_module_sized_by_its_settings(default: Synth) -> 
 
 
 def test_worker_environment_is_what_the_worker_reads(default: Synth) -> None:
-    for queue, props in default.workers().items():
+    workers = default.workers()
+    assert sorted(workers) == sorted(HANDLERS)
+    for queue, props in workers.items():
         env = props["Environment"]["Variables"]
         assert set(env) == {
             ENV_BUCKET,

@@ -109,7 +109,7 @@ def run(args: argparse.Namespace, seed: int) -> Result:
 
 
 def _seaweed(config: Config, endpoint: str | None, progress: Progress) -> Result:
-    from s3queue.embedded import EmbeddedS3
+    from s3queue.local.seaweed import EmbeddedS3
     from s3queue.storage.s3 import make_client
 
     bucket = f"chaos-{config.seed}-{random.randrange(10**6)}"

@@ -21,11 +21,11 @@ from typing import Any
 
 import pytest
 from s3queue.config import CoordinatorSettings, QueueSettings
-from s3queue.embedded import EmbeddedS3
+from s3queue.local.seaweed import EmbeddedS3
 
-from chaos.bench import Bench
 from chaos.configs import Config, real_time
 from chaos.process import Hazards
+from chaos.rig import Bench
 from chaos.scenario import Result, run_cluster, run_sim
 from chaos.workload import Mix, plan
 

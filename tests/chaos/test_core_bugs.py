@@ -15,17 +15,17 @@ from typing import Any
 
 import pytest
 from s3queue.config import QueueSettings
-from s3queue.embedded import EmbeddedS3
 from s3queue.errors import StorageError
+from s3queue.local.seaweed import EmbeddedS3
 from s3queue.model import Record, encode_records, foreign_id
 from s3queue.producer import Queue
 from s3queue.storage.base import Storage
 from s3queue.storage.s3 import S3Storage
 
 from chaos.actors import QUEUE
-from chaos.bench import Bench
 from chaos.faults import FaultPlan, S3Faults
 from chaos.process import Crash, CrashAt, ProcessStorage
+from chaos.rig import Bench
 from chaos.scenario import KEYS, PREFIX
 from chaos.workload import Mix, Spec
 

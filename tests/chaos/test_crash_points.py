@@ -23,8 +23,8 @@ import pytest
 from s3queue.config import QueueSettings
 from s3queue.model import foreign_id
 
-from chaos.bench import Bench
 from chaos.process import Crash, CrashAt
+from chaos.rig import Bench
 from chaos.scenario import KEYS
 from chaos.workload import Mix
 

@@ -1,4 +1,7 @@
-"""S3Queue: distributed worker queues backed by nothing but Amazon S3."""
+"""S3Queue: distributed worker queues backed by nothing but Amazon S3.
+
+Handlers need only this module: ``from s3queue import Message, PermanentError``.
+"""
 
 from typing import TYPE_CHECKING, Any
 
@@ -6,7 +9,14 @@ from s3queue.config import CoordinatorSettings, QueueSettings
 from s3queue.errors import (
     AccessDenied,
     BucketNotFound,
+    ConfigError,
     Conflict,
+    EndpointUnreachable,
+    HandlerExit,
+    HandlerTimeout,
+    InvalidArgument,
+    InvalidName,
+    InvokeFailed,
     LeaseLost,
     MalformedMessage,
     PermanentError,
@@ -14,17 +24,19 @@ from s3queue.errors import (
     S3QueueError,
     StorageError,
 )
+from s3queue.model import Message
 from s3queue.producer import Queue
 
 if TYPE_CHECKING:
-    from s3queue.runtime import run_local
+    from s3queue.local.runtime import run_local
 
 
 def __getattr__(name: str) -> Any:
-    # The local runtime is imported on first use: a Lambda function never needs it, and
-    # import time is cold-start time.
+    # `s3queue.run_local` is an alias of `s3queue.local.run_local`, kept for code written before
+    # the local tools moved. It is imported on first use: the Lambda layer does not ship
+    # `s3queue.local`, and import time is cold-start time.
     if name == "run_local":
-        from s3queue.runtime import run_local  # noqa: PLC0415
+        from s3queue.local.runtime import run_local  # noqa: PLC0415
 
         return run_local
     raise AttributeError(f"module 's3queue' has no attribute {name!r}")
@@ -33,10 +45,18 @@ def __getattr__(name: str) -> Any:
 __all__ = [
     "AccessDenied",
     "BucketNotFound",
+    "ConfigError",
     "Conflict",
     "CoordinatorSettings",
+    "EndpointUnreachable",
+    "HandlerExit",
+    "HandlerTimeout",
+    "InvalidArgument",
+    "InvalidName",
+    "InvokeFailed",
     "LeaseLost",
     "MalformedMessage",
+    "Message",
     "PermanentError",
     "Queue",
     "QueueNotFound",

@@ -1,13 +1,21 @@
 """Operations on a whole queue: stats, dead letters, redrive, purge, delete.
 
 These read every key of a prefix (O(keys)); they are for people and dashboards, not the hot
-path. The coordinator never calls them.
+path. The coordinator never calls them. What `stats` costs: one LIST per 1,000 keys under
+``inbox/``, ``msg/``, ``tickets/`` and ``dlq/``, and one GET per ticket that changed since the
+last call with the same `TicketCache` (every ticket the first time).
+
+A dead letter, as `dead_letters` returns it (one schema, also ``s3queue dlq list --json``):
+``id``, ``queue``, ``key`` (its DLQ object; pass the last one as ``after=`` for the next page),
+``group`` (or None), ``attempts`` (deliveries, the last included), ``reason`` (the last error),
+``errors`` (``[{attempt, at, error}]``, ``at`` in epoch ms), ``enqueued_ms``, ``dead_ms``, and
+``body`` with ``body_encoding``: ``"json"`` (the body as enqueued) or ``"base64"`` (bytes).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from s3queue.errors import MalformedMessage, QueueNotFound
@@ -18,34 +26,52 @@ from s3queue.storage.base import Entry, Storage, new_token
 
 def iter_keys(storage: Storage, prefix: str) -> Iterator[Entry]:
     """Every entry under a prefix, page by page."""
-    start: str | None = None
-    while True:
-        page = storage.list(prefix, start_after=start)
-        yield from page.entries
-        if not page.truncated or not page.entries:
-            return
-        start = page.entries[-1].key
+    return _iter_after(storage, prefix, None)
 
 
 def exists(storage: Storage, keys: QueueKeys) -> bool:
     return bool(storage.list(keys.root, limit=1).entries)
 
 
-def stats(storage: Storage, keys: QueueKeys, now_ms: int) -> dict[str, Any]:
-    in_flight_keys: dict[str, int] = {}
-    tickets = 0
+TicketCache = dict[str, tuple[str, dict[str, int] | None]]
+"""Ticket key -> (etag, in-flight adjustment per message key, None if undecodable)."""
+
+
+def _in_flight(storage: Storage, keys: QueueKeys, cache: TicketCache) -> dict[str, int]:
+    """Message key -> minus the messages of it a live ticket has finished; one GET per change."""
+    seen: TicketCache = {}
     for entry in iter_keys(storage, keys.tickets):
+        cached = cache.get(entry.key)
+        if cached is not None and cached[0] == entry.etag:
+            seen[entry.key] = cached
+            continue
         obj = storage.get(entry.key)
-        if obj is None:
-            continue
-        try:
-            ticket = Ticket.decode(obj.body)
-        except MalformedMessage:
-            continue
-        tickets += 1
-        done = ticket.finished()
-        for ref in ticket.refs:
-            in_flight_keys[ref.key] = -sum(1 for r, _ in done if r == ref.key)
+        if obj is not None:
+            seen[entry.key] = (obj.etag, _ticket_refs(obj.body))
+    cache.clear()
+    cache.update(seen)
+    in_flight_keys: dict[str, int] = {}
+    for _, refs in seen.values():
+        in_flight_keys.update(refs or {})
+    return in_flight_keys
+
+
+def _ticket_refs(body: bytes) -> dict[str, int] | None:
+    try:
+        ticket = Ticket.decode(body)
+    except MalformedMessage:
+        return None
+    done = ticket.finished()
+    return {ref.key: -sum(1 for r, _ in done if r == ref.key) for ref in ticket.refs}
+
+
+def stats(
+    storage: Storage, keys: QueueKeys, now_ms: int, cache: TicketCache | None = None
+) -> dict[str, Any]:
+    """Counts of pending, delayed, in-flight and dead messages; what it costs: module docstring."""
+    cache = {} if cache is None else cache
+    in_flight_keys = _in_flight(storage, keys, cache)
+    tickets = sum(1 for _, refs in cache.values() if refs is not None)
     pending = delayed = in_flight = 0
     oldest: int | None = None
     for entry, count, ready_ms in _messages(storage, keys):
@@ -56,7 +82,7 @@ def stats(storage: Storage, keys: QueueKeys, now_ms: int) -> dict[str, Any]:
         else:
             pending += count
             oldest = ready_ms if oldest is None else min(oldest, ready_ms)
-    dead = sum(1 for entry in iter_keys(storage, keys.dlq) if entry.size)
+    dead = count_dead_letters(storage, keys)
     return {
         "queue": keys.queue,
         "pending": pending,
@@ -81,22 +107,59 @@ def _messages(storage: Storage, keys: QueueKeys) -> Iterator[tuple[Entry, int, i
             yield entry, parsed.count, parsed.ready_ms
 
 
-def dead_letters(storage: Storage, keys: QueueKeys, limit: int = 100) -> list[dict[str, Any]]:
+def count_dead_letters(storage: Storage, keys: QueueKeys) -> int:
+    """Dead letters in the DLQ (LISTs only; an empty object is a redriven one's tombstone)."""
+    return sum(1 for entry in iter_keys(storage, keys.dlq) if entry.size)
+
+
+def dead_letters(
+    storage: Storage, keys: QueueKeys, limit: int | None = 100, after: str | None = None
+) -> list[dict[str, Any]]:
+    """At most `limit` (None: all) dead letters, oldest first, after the DLQ key `after`."""
     entries: list[dict[str, Any]] = []
-    for entry in iter_keys(storage, keys.dlq):
-        if len(entries) >= limit:
+    for entry in _iter_after(storage, keys.dlq, after):
+        if limit is not None and len(entries) >= limit:
             break
         obj = storage.get(entry.key) if entry.size else None  # empty: redriven
-        if obj is None:
-            continue
-        try:
-            doc = json.loads(obj.body)
-        except ValueError:
-            doc = {"error": "undecodable dead letter"}
-        doc["key"] = entry.key
-        doc.pop("token", None)
-        entries.append(doc)
+        if obj is not None:
+            entries.append(dead_letter(entry.key, obj.body))
     return entries
+
+
+def dead_letter(key: str, data: bytes) -> dict[str, Any]:
+    """A stored DLQ object in the one schema of the module docstring."""
+    try:
+        doc = json.loads(data)
+        if not isinstance(doc, dict):
+            raise TypeError("not an object")
+    except (ValueError, TypeError):
+        doc = {"reason": "undecodable dead letter"}
+    raw = "b64" in doc
+    errors = list(doc.get("errors") or [])
+    return {
+        "id": doc.get("id"),
+        "queue": doc.get("queue"),
+        "key": key,
+        "group": doc.get("group"),
+        "attempts": doc.get("attempts", len(errors) or None),
+        "reason": doc.get("reason"),
+        "errors": errors,
+        "enqueued_ms": doc.get("enqueued_ms"),
+        "dead_ms": doc.get("dead_ms"),
+        "body": doc.get("b64") if raw else doc.get("body"),
+        "body_encoding": "base64" if raw else "json",
+    }
+
+
+def _iter_after(storage: Storage, prefix: str, after: str | None) -> Iterator[Entry]:
+    """Every entry under a prefix whose key sorts after `after`, page by page."""
+    start = after
+    while True:
+        page = storage.list(prefix, start_after=start)
+        yield from page.entries
+        if not page.truncated or not page.entries:
+            return
+        start = page.entries[-1].key
 
 
 def redrive(storage: Storage, keys: QueueKeys, now_ms: int) -> int:
@@ -123,23 +186,39 @@ def redrive(storage: Storage, keys: QueueKeys, now_ms: int) -> int:
 
 
 def purge(storage: Storage, keys: QueueKeys, *, include_dlq: bool = False) -> int:
+    """Delete every pending and delayed message (and dead letters); how many messages went.
+
+    A packed object counts as its messages; dedup markers and tombstones are not messages.
+    """
     if not exists(storage, keys):
         raise QueueNotFound(f"queue {keys.queue!r} has no objects under {keys.root}")
-    prefixes = [keys.inbox, keys.msg, keys.ids] + ([keys.dlq] if include_dlq else [])
-    return sum(_delete_prefix(storage, p) for p in prefixes)
+    purged = _delete_prefix(storage, keys.inbox, lambda entry: 1)
+    purged += _delete_prefix(storage, keys.msg, lambda entry: _message_count(keys, entry))
+    _delete_prefix(storage, keys.ids, lambda entry: 0)
+    if include_dlq:
+        purged += _delete_prefix(storage, keys.dlq, lambda entry: 1 if entry.size else 0)
+    return purged
+
+
+def _message_count(keys: QueueKeys, entry: Entry) -> int:
+    if entry.size == 0:
+        return 0  # a consumed copy's tombstone
+    parsed = keys.parse_msg(entry.key)
+    return 1 if parsed is None else parsed.count
 
 
 def delete(storage: Storage, keys: QueueKeys) -> int:
     if not exists(storage, keys):
         raise QueueNotFound(f"queue {keys.queue!r} has no objects under {keys.root}")
-    return _delete_prefix(storage, keys.root)
+    return _delete_prefix(storage, keys.root, lambda entry: 1)
 
 
-def _delete_prefix(storage: Storage, prefix: str) -> int:
+def _delete_prefix(storage: Storage, prefix: str, weigh: Callable[[Entry], int]) -> int:
+    """Delete every object under `prefix`; the sum of `weigh` over them."""
     deleted = 0
     while True:
         page = storage.list(prefix)
         if not page.entries:
             return deleted
         storage.delete_many(e.key for e in page.entries)
-        deleted += len(page.entries)
+        deleted += sum(weigh(e) for e in page.entries)

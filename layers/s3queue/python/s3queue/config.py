@@ -26,7 +26,7 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-from s3queue.errors import S3QueueError
+from s3queue.errors import ConfigError as ConfigError  # noqa: PLC0414 - re-exported from its old home
 from s3queue.names import QUEUE_NAME
 
 ENV_BUCKET = "S3QUEUE_BUCKET"
@@ -41,10 +41,6 @@ ENV_ENDPOINT_URL = "S3QUEUE_ENDPOINT_URL"
 """Optional S3 endpoint (local S3 servers)."""
 
 DEFAULT_PREFIX = "s3queue"
-
-
-class ConfigError(S3QueueError):
-    """A setting with a wrong name, type or value."""
 
 
 @dataclass(frozen=True)

@@ -7,8 +7,10 @@ S3QueueError
  |    +-- AccessDenied   wrong or missing credentials, or a policy that forbids the call
  |    +-- EndpointUnreachable
  +-- QueueNotFound       an admin call named a queue that has no objects
+ +-- ConfigError         a setting with a wrong name, type or value
  +-- InvalidArgument     an argument refused at the door (a delay, a group; also a ValueError)
- |    +-- InvalidName    a queue name or message id that cannot be part of a key (keys.py)
+ |    +-- InvalidName    a queue name or message id that cannot be part of a key
+ +-- InvokeFailed        Lambda did not accept a worker invocation
  +-- MalformedMessage    a body that cannot be encoded, or an object that cannot be decoded
  +-- LeaseLost           a worker's lease on a ticket was taken over; it must stop
  +-- PermanentError      raised by a handler: send the message to the DLQ at once
@@ -49,6 +51,18 @@ class QueueNotFound(S3QueueError):
 
 class InvalidArgument(S3QueueError, ValueError):
     """An argument S3Queue refuses before doing anything (e.g. a negative or endless delay)."""
+
+
+class InvalidName(InvalidArgument):
+    """A queue name or message id that cannot be part of a key."""
+
+
+class ConfigError(S3QueueError):
+    """A setting with a wrong name, type or value."""
+
+
+class InvokeFailed(S3QueueError):
+    """Lambda did not accept a worker invocation, or the queue has no worker function."""
 
 
 class MalformedMessage(S3QueueError):

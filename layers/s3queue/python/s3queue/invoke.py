@@ -11,14 +11,10 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from s3queue.errors import S3QueueError
+from s3queue.errors import InvokeFailed as InvokeFailed  # noqa: PLC0414 - re-exported from its old home
 
 ACCEPTED = 202
 """The status Lambda answers to an accepted ``Event`` invoke."""
-
-
-class InvokeFailed(S3QueueError):
-    """Lambda did not accept a worker invocation, or the queue has no worker function."""
 
 
 class LambdaInvoker:

@@ -25,17 +25,13 @@ import threading
 import time
 from dataclasses import dataclass
 
-from s3queue.errors import InvalidArgument
+from s3queue.errors import InvalidName as InvalidName  # noqa: PLC0414 - re-exported from its old home
 
 QUEUE_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
 MESSAGE_ID = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
 _MSG = re.compile(r"^(\d{13})-([A-Za-z0-9_-]{1,160})((?:~[a-z][A-Za-z0-9_-]*)*)$")
 _TICKET = re.compile(r"^(\d{10})-(\d{10})$")
 _CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
-
-
-class InvalidName(InvalidArgument):
-    """A queue name or message id that cannot be part of a key."""
 
 
 def check_queue_name(name: str) -> str:

@@ -50,8 +50,9 @@ Delay = float | timedelta
 class Queue:
     """One named queue in a bucket.
 
-    ``Queue("emails", bucket="my-bucket")`` uses a new boto3 client; pass ``s3=`` to share
-    one, or ``storage=`` (e.g. ``MemoryStorage()``) to run without S3.
+    ``Queue("emails", bucket="my-bucket")`` uses a new boto3 client (`make_client`: its
+    endpoint is ``S3QUEUE_ENDPOINT_URL`` if set, else AWS); pass ``s3=`` to share one, or
+    ``storage=`` (e.g. ``MemoryStorage()``) to run without S3.
     """
 
     def __init__(
@@ -78,6 +79,7 @@ class Queue:
         self.clock = clock or SystemClock()
         self.max_message_bytes = max_message_bytes
         self.emit = Emitter(name, listener)
+        self._tickets: admin.TicketCache = {}
 
     def enqueue(
         self, body: Any, *, id: str | None = None, delay: Delay = 0, group: str | None = None
@@ -137,19 +139,28 @@ class Queue:
         return [r.id for r in records]
 
     def stats(self) -> dict[str, Any]:
-        """Counts of pending, delayed, in-flight and dead messages, and the oldest's age."""
-        return admin.stats(self.storage, self.keys, self.clock.now_ms())
+        """Counts of pending, delayed, in-flight and dead messages, and the oldest's age.
 
-    def dead_letters(self, limit: int = 100) -> list[dict[str, Any]]:
-        """DLQ entries, oldest first, each with its error history."""
-        return admin.dead_letters(self.storage, self.keys, limit)
+        Costs one LIST per 1,000 keys of the queue, and one GET per ticket that changed since
+        this object's previous call (all of them the first time): poll one `Queue`, not new ones.
+        """
+        return admin.stats(self.storage, self.keys, self.clock.now_ms(), self._tickets)
+
+    def dead_letters(
+        self, limit: int | None = 100, *, after: str | None = None
+    ) -> list[dict[str, Any]]:
+        """At most `limit` (None: all) DLQ entries, oldest first, each with its error history.
+
+        The next page starts ``after=`` the last entry's ``key``; the schema is in `admin`.
+        """
+        return admin.dead_letters(self.storage, self.keys, limit, after)
 
     def redrive(self) -> int:
         """Move every DLQ entry back to the queue as a fresh message; how many moved."""
         return admin.redrive(self.storage, self.keys, self.clock.now_ms())
 
     def purge(self, *, include_dlq: bool = False) -> int:
-        """Delete every pending message (and the DLQ if asked); how many objects went."""
+        """Delete every pending message (and the DLQ if asked); how many messages went."""
         return admin.purge(self.storage, self.keys, include_dlq=include_dlq)
 
     def delete(self) -> int:

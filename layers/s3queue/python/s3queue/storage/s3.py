@@ -1,7 +1,7 @@
 """`S3Storage`: the `Storage` protocol over a boto3 S3 client.
 
 This is the only module of the package that imports boto3 or botocore: every `ClientError` and
-`BotoCoreError` is translated here into the tree of `s3queue.errors`.
+`BotoCoreError` is translated here into the tree of `s3queue.errors` (the tables: `responses`).
 
 Retries. botocore retries each call itself (standard mode); on top of that every call here runs
 in a bounded loop with exponential backoff and full jitter, for throttling, 5xx and lost
@@ -35,10 +35,10 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import random
 import time
-from collections.abc import Callable, Iterable
-from datetime import datetime
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
 import boto3
@@ -54,9 +54,9 @@ from botocore.exceptions import (
 )
 from botocore.exceptions import ConnectionError as TransportError
 
+from s3queue.config import ENV_ENDPOINT_URL
 from s3queue.errors import (
     AccessDenied,
-    BucketNotFound,
     Conflict,
     EndpointUnreachable,
     S3QueueError,
@@ -70,6 +70,12 @@ from s3queue.storage.base import (
     settle_delete_conflict,
     settle_put_conflict,
 )
+from s3queue.storage.responses import AlreadyOwned as _AlreadyOwned
+from s3queue.storage.responses import Missing as _Missing
+from s3queue.storage.responses import classify
+from s3queue.storage.responses import etag as _etag
+from s3queue.storage.responses import ms as _ms
+from s3queue.storage.responses import unquote as _unquote
 
 log = logging.getLogger(__name__)
 
@@ -79,45 +85,8 @@ Sleep = Callable[[float], None]
 TOKEN_METADATA = "s3q-token"
 MAX_KEYS = 1000
 
-_CONFLICT_CODES = frozenset({"PreconditionFailed", "ConditionalRequestConflict"})
-# Throttling and server-side failures a retry may cure (besides any 5xx and 429).
-_TRANSIENT_CODES = frozenset(
-    [
-        "SlowDown",
-        "Throttling",
-        "ThrottlingException",
-        "ThrottledException",
-        "RequestThrottled",
-        "RequestThrottledException",
-        "TooManyRequestsException",
-        "RequestLimitExceeded",
-        "BandwidthLimitExceeded",
-        "RequestTimeout",
-        "RequestTimeoutException",
-        "PriorRequestNotComplete",
-        "InternalError",
-        "ServiceUnavailable",
-    ]
-)
-_DENIED_HINTS = {
-    "InvalidAccessKeyId": "this endpoint does not know the access key id: check "
-    "AWS_ACCESS_KEY_ID / AWS_PROFILE",
-    "SignatureDoesNotMatch": "the secret key does not match the access key id: check "
-    "AWS_SECRET_ACCESS_KEY",
-    "ExpiredToken": "the session token has expired: refresh the credentials",
-    "InvalidToken": "the session token is malformed: refresh the credentials",
-    "RequestTimeTooSkewed": "this machine's clock is too far from the server's: sync it (NTP)",
-}
 _CREDENTIAL_ERRORS = (NoCredentialsError, PartialCredentialsError, CredentialRetrievalError)
 _TRANSPORT_ERRORS = (TransportError, HTTPClientError, IncompleteReadError)
-
-
-class _Missing(StorageError):
-    """A 404 on a key: callers turn it into None, success or Conflict; never raised to users."""
-
-
-class _AlreadyOwned(StorageError):
-    """CreateBucket on a bucket we own already: success for `create_bucket`."""
 
 
 class S3Storage:
@@ -333,30 +302,11 @@ class S3Storage:
 
 
 def _from_client_error(exc: ClientError, where: str, bucket: str) -> tuple[S3QueueError, bool]:
-    """Map an S3 error response to our tree; 404 on a key becomes the private `_Missing`."""
+    """Map an S3 error response to our tree (`classify`)."""
     error = exc.response.get("Error", {})
-    code = str(error.get("Code", ""))
     status = int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode") or 0)
-    if code == "ConditionalRequestConflict":
-        # 409: a concurrent operation on the key; S3 asks for a retry. Still a Conflict once
-        # retries run out, and `settle_*_conflict` then tells a real one from this.
-        return Conflict(f"{where}: {code}"), True
-    if code in _CONFLICT_CODES or status == 412:
-        return Conflict(f"{where}: {code or status}"), False
-    if code == "NoSuchBucket":
-        return BucketNotFound(
-            f"S3 bucket {bucket!r} does not exist: create it, or fix the bucket name or region"
-        ), False
-    if code in _DENIED_HINTS or code == "AccessDenied" or status == 403:
-        hint = _DENIED_HINTS.get(code, f"check that the credentials may access bucket {bucket!r}")
-        return AccessDenied(f"S3 refused {where} ({code or status}): {hint}"), False
-    if status == 404:
-        return _Missing(f"{where}: not found"), False
-    if code == "BucketAlreadyOwnedByYou":
-        return _AlreadyOwned(f"{where}: already owned"), False
-    transient = code in _TRANSIENT_CODES or status == 429 or status >= 500
     message = str(error.get("Message", "")).replace("\n", " ")
-    return StorageError(f"{where} failed: {code} {message} (HTTP {status})"), transient
+    return classify(str(error.get("Code", "")), status, message, where, bucket)
 
 
 def _no_blind_resend(request_dict: dict[str, Any] | None = None, **_: Any) -> bool | None:
@@ -396,18 +346,6 @@ def _not_after(key: str, start_after: str, sent: str) -> bool:
     return key == start_after or key.startswith(sent)
 
 
-def _unquote(etag: str) -> str:
-    return etag.strip('"')
-
-
-def _etag(response: dict[str, Any]) -> str:
-    return _unquote(str(response["ETag"]))
-
-
-def _ms(moment: datetime) -> int:
-    return int(moment.timestamp() * 1000)
-
-
 def make_client(
     endpoint_url: str | None = None,
     region: str | None = None,
@@ -416,14 +354,20 @@ def make_client(
     sdk_retries: int = 5,
     connect_timeout: float = 5.0,
     read_timeout: float = 20.0,
+    environ: Mapping[str, str] | None = None,
 ) -> Any:
     """A boto3 S3 client tuned for many small requests from many threads.
 
+    The endpoint is `endpoint_url`, else ``S3QUEUE_ENDPOINT_URL`` in `environ` (default
+    ``os.environ``), else boto3's own choice (AWS): the one rule of the library and the CLI. Like
+    boto3 reading its ``AWS_*`` variables, this client factory is where the environment enters.
     With an endpoint URL (SeaweedFS, moto, ...) addressing is path-style and the region defaults
     to us-east-1. Checksums are computed only where S3 requires them (DeleteObjects): the bodies
     are small, TLS already protects them, and CRC32 on every call costs client CPU, the
     bottleneck here.
     """
+    if endpoint_url is None:
+        endpoint_url = (os.environ if environ is None else environ).get(ENV_ENDPOINT_URL) or None
     config = Config(
         # botocore's max_attempts counts retries after the first attempt (total_max_attempts
         # would count them all).

@@ -7,7 +7,6 @@ import shutil
 import time
 from contextlib import ExitStack
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 from s3queue.errors import EndpointUnreachable, S3QueueError
@@ -15,8 +14,8 @@ from s3queue.producer import Queue
 from s3queue.storage.s3 import S3Storage, make_client
 
 if TYPE_CHECKING:
-    from s3queue.embedded import EmbeddedS3
-    from s3queue.runtime import RunSummary
+    from s3queue.local.runtime import RunSummary
+    from s3queue.local.seaweed import EmbeddedS3
 
 
 class UsageError(S3QueueError):
@@ -57,7 +56,7 @@ class Connection:
         """``--endpoint-url`` if given; else an embedded SeaweedFS, stopped when `stack` closes."""
         if args.endpoint_url:
             return cls.open(args)
-        from s3queue.embedded import EmbeddedS3  # noqa: PLC0415 - only without an endpoint
+        from s3queue.local.seaweed import EmbeddedS3  # noqa: PLC0415 - only without an endpoint
 
         server = EmbeddedS3(data_dir=data_dir, s3_port=getattr(args, "port", None))
         try:
@@ -87,17 +86,6 @@ class Connection:
                 start = f"{root}{name}0"
             else:
                 start = key
-
-    def hint(self, handlers: str) -> str:
-        """How to reach the embedded server from another shell."""
-        assert self.server is not None
-        body = '{"to": "ada@example.com", "template": "welcome", "name": "Ada"}'
-        return (
-            f"Embedded S3 at {self.server.endpoint_url}, bucket {self.bucket}. From another "
-            "shell:\n  AWS_ACCESS_KEY_ID=s3queue AWS_SECRET_ACCESS_KEY=s3queue-secret "
-            f"s3queue --endpoint-url {self.server.endpoint_url} --bucket {self.bucket} "
-            f"enqueue --handlers {Path(handlers).resolve()} send_email '{body}'"
-        )
 
 
 def describe(snapshot: dict[str, dict[str, int]]) -> str:

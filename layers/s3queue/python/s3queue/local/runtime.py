@@ -9,23 +9,23 @@ queue's lease decides which one dispatches, and every worker processes what it i
 from __future__ import annotations
 
 import logging
-import queue as queues
 import sys
 import threading
 import time
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from s3queue import admin
 from s3queue.clock import SystemClock
 from s3queue.config import DEFAULT_PREFIX, CoordinatorSettings
 from s3queue.coordinator import Coordinator
-from s3queue.errors import StorageError
 from s3queue.events import Event, Listener
 from s3queue.keys import QueueKeys
-from s3queue.loader import Handlers, LocalQueue, load_handlers
-from s3queue.service import FATAL, ServeResult, ServeSettings, serve
+from s3queue.local.loader import Handlers, LocalQueue, load_handlers
+from s3queue.local.monitor import Progress, reach, watch
+from s3queue.local.pool import WorkerPool
+from s3queue.service import ServeResult, ServeSettings, serve
 from s3queue.storage.base import Storage
 from s3queue.tally import QueueTally, Tally
 from s3queue.worker import Worker
@@ -37,8 +37,6 @@ LOCAL_SERVE = ServeSettings(
 )
 """Poll often (an idle queue is probed once a second: a first message starts within about a
 second; against real S3 that is 60 LISTs a minute per queue), never end by itself."""
-Progress = Callable[[dict[str, dict[str, int]]], None]
-"""Receives ``{queue: {pending, delayed, in_flight, processed, retried, dead_lettered, dlq}}``."""
 
 
 @dataclass
@@ -79,23 +77,6 @@ class _StoppableClock(SystemClock):
         self._stop.wait(max(seconds, 0.0))
 
 
-@dataclass
-class _Pool:
-    """The worker threads and the payloads handed to them."""
-
-    payloads: queues.Queue[dict[str, Any] | None] = field(default_factory=queues.Queue)
-    busy: int = 0
-    errors: int = 0
-    lock: threading.Lock = field(default_factory=threading.Lock)
-
-    def invoke(self, payload: dict[str, Any]) -> None:
-        self.payloads.put(payload)
-
-    def idle(self) -> bool:
-        with self.lock:
-            return self.busy == 0 and self.payloads.empty()
-
-
 class _Runtime:
     """One `run_local` call: threads, the monitor loop and the summary."""
 
@@ -113,11 +94,13 @@ class _Runtime:
         self.storage, self.handlers, self.prefix = storage, handlers, prefix
         self.stop = stop
         self.clock = _StoppableClock(stop)
-        self.pool = _Pool()
+        self.pool = WorkerPool(self._process, workers)
         self.tally = Tally(list(handlers))
         self.listener = listener
         self.failure: BaseException | None = None
         self.serve_result: ServeResult | None = None
+        self.tickets: dict[str, admin.TicketCache] = {name: {} for name in handlers}
+        """Tickets read by the progress polls: each poll GETs only the ones that changed."""
         self.coordinators = [
             Coordinator(
                 storage,
@@ -142,11 +125,7 @@ class _Runtime:
             )
             for name, spec in handlers.items()
         }
-        self.threads = [
-            threading.Thread(target=self._work, name=f"s3queue-worker-{i}", daemon=True)
-            for i in range(max(workers, 1))
-        ]
-        self.threads.append(threading.Thread(target=self._serve, name="s3queue-serve", daemon=True))
+        self.server = threading.Thread(target=self._serve, name="s3queue-serve", daemon=True)
 
     def _on_event(self, event: Event) -> None:
         self.tally(event)
@@ -166,16 +145,6 @@ class _Runtime:
             self.failure = exc
             self.stop.set()
 
-    def _work(self) -> None:
-        while (payload := self.pool.payloads.get()) is not None:
-            with self.pool.lock:
-                self.pool.busy += 1
-            try:
-                self._process(payload)
-            finally:
-                with self.pool.lock:
-                    self.pool.busy -= 1
-
     def _process(self, payload: dict[str, Any]) -> None:
         name = str(payload.get("queue"))
         spec, worker = self.handlers.get(name), self.workers.get(name)
@@ -183,17 +152,12 @@ class _Runtime:
             log.error("payload for unknown queue %r dropped", name)
             return
         context = LocalContext(spec.settings.timeout, self.stop)
-        try:
-            worker.process(payload, spec.handler, remaining_ms=context.get_remaining_time_in_millis)
-        except Exception:  # like a crashed Lambda: logged, counted, then redelivered by the lease
-            log.exception("ticket %s failed", payload.get("ticket"))
-            with self.pool.lock:
-                self.pool.errors += 1
+        worker.process(payload, spec.handler, remaining_ms=context.get_remaining_time_in_millis)
 
     def stats(self) -> dict[str, dict[str, Any]]:
         now = self.clock.now_ms()
         return {
-            name: admin.stats(self.storage, QueueKeys(self.prefix, name), now)
+            name: admin.stats(self.storage, QueueKeys(self.prefix, name), now, self.tickets[name])
             for name in self.handlers
         }
 
@@ -216,12 +180,14 @@ class _Runtime:
             }
         return out
 
+    def start(self) -> None:
+        self.pool.start()
+        self.server.start()
+
     def shutdown(self) -> None:
         self.stop.set()
-        for _ in range(len(self.threads) - 1):
-            self.pool.payloads.put(None)
-        for thread in self.threads:
-            thread.join()
+        self.pool.stop()
+        self.server.join()
 
 
 def run_local(
@@ -251,7 +217,11 @@ def run_local(
     loaded = load_handlers(handlers, overrides)
     if storage is None:
         storage = _s3_storage(bucket, s3)
-    storage.list(f"{prefix}/", limit=1)  # fail fast: missing bucket, credentials, endpoint
+    stop = stop or threading.Event()
+    # Fail fast on a missing bucket or credentials; an unreachable endpoint fails a drain (a
+    # test, the demo) at once, and is waited for in a long run (dev): it may be starting.
+    if not reach(storage, prefix, stop, wait=not drain):
+        return _summary(storage, prefix, loaded, None, drained=False, elapsed=0.0)
     runtime = _Runtime(
         storage,
         loaded,
@@ -259,62 +229,40 @@ def run_local(
         workers=workers,
         coordination=coordination or CoordinatorSettings(),
         listener=listener,
-        stop=stop or threading.Event(),
+        stop=stop,
     )
     started = time.monotonic()
-    for thread in runtime.threads:
-        thread.start()
+    runtime.start()
     try:
-        drained = _monitor(runtime, drain, progress, progress_interval, timeout, started)
+        drained = watch(runtime, drain, progress, progress_interval, timeout, started)
     finally:
         runtime.shutdown()
     if runtime.failure is not None:
         raise runtime.failure
-    stats = runtime.stats()
+    return _summary(storage, prefix, loaded, runtime, drained, time.monotonic() - started)
+
+
+def _summary(
+    storage: Storage,
+    prefix: str,
+    loaded: Mapping[str, LocalQueue],
+    runtime: _Runtime | None,
+    drained: bool,
+    elapsed: float,
+) -> RunSummary:
+    """The queues as the run left them; empty if it was stopped before S3 ever answered."""
+    if runtime is None:
+        return RunSummary({}, {}, {}, drained=drained, elapsed=elapsed, serve=None)
+    keys = {name: QueueKeys(prefix, name) for name in loaded}
     return RunSummary(
         queues=runtime.tally.queues,
-        stats=stats,
-        dead_letters={n: admin.dead_letters(storage, QueueKeys(prefix, n)) for n in loaded},
+        stats=runtime.stats(),
+        dead_letters={n: admin.dead_letters(storage, k) for n, k in keys.items()},
         drained=drained,
-        elapsed=time.monotonic() - started,
+        elapsed=elapsed,
         serve=runtime.serve_result,
         errors=runtime.pool.errors,
     )
-
-
-def _monitor(
-    runtime: _Runtime,
-    drain: bool,
-    progress: Progress | None,
-    interval: float,
-    timeout: float | None,
-    started: float,
-) -> bool:
-    """Report progress and watch for the end; True once drained."""
-    poll = min(interval, 0.25)
-    reported = 0.0
-    while not runtime.stop.wait(poll):
-        now = time.monotonic()
-        if timeout is not None and now - started >= timeout:
-            return False
-        report = progress is not None and now - reported >= interval
-        if not (report or (drain and runtime.pool.idle())):
-            continue
-        try:
-            stats = runtime.stats()
-        except FATAL:
-            raise
-        except StorageError as exc:  # S3 trouble: the workers retry on their own; so do we
-            log.warning("stats failed: %s", exc)
-            continue
-        if report and progress is not None:
-            progress(runtime.snapshot(stats))
-            reported = now
-        if drain and runtime.drained(stats):
-            if progress is not None:
-                progress(runtime.snapshot(stats))
-            return True
-    return False
 
 
 def _s3_storage(bucket: str | None, s3: Any) -> Storage:

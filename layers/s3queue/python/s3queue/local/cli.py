@@ -1,0 +1,223 @@
+"""The ``s3queue`` command: its options, and one line on stderr for every error.
+
+Exit codes: 0 success, 1 S3 trouble (missing bucket, no credentials, unreachable endpoint,
+other storage errors), 2 bad input (unknown queue, malformed body, bad option), 130 Ctrl-C,
+141 the output pipe closed early (``s3queue dlq list --json | head``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any, NoReturn
+from urllib.parse import urlsplit
+
+from s3queue.config import DEFAULT_PREFIX, ENV_BUCKET, ENV_ENDPOINT_URL, ENV_PREFIX
+from s3queue.errors import (
+    ConfigError,
+    InvalidArgument,
+    InvalidName,
+    MalformedMessage,
+    QueueNotFound,
+    S3QueueError,
+)
+from s3queue.local import commands, dev
+from s3queue.local.console import UsageError
+
+INTERRUPTED = 130
+BROKEN_PIPE = 141
+Command = Callable[[argparse.Namespace], int]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; the exit code."""
+    try:
+        code = _run(argv)
+        sys.stdout.flush()  # here, where a closed pipe can still be told apart
+        return code
+    except KeyboardInterrupt:
+        print("s3queue: interrupted", file=sys.stderr)
+        return INTERRUPTED
+    except BrokenPipeError:
+        # The reader went away (`| head`): not an error of ours. Point stdout at /dev/null so
+        # the interpreter's final flush does not fail again.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return BROKEN_PIPE
+
+
+def _run(argv: Sequence[str] | None) -> int:
+    try:
+        args = build_parser().parse_args(argv)
+    except SystemExit as exc:  # --help, or a bad option (already reported on one line)
+        return exc.code if isinstance(exc.code, int) else 2
+    logging.basicConfig(
+        level=logging.INFO if args.verbose else logging.WARNING,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    try:
+        command: Command = args.command
+        return command(args)
+    except (
+        UsageError,
+        QueueNotFound,
+        MalformedMessage,
+        InvalidArgument,
+        InvalidName,
+        ConfigError,
+    ) as exc:
+        return _fail(exc, 2, args.verbose)
+    except S3QueueError as exc:  # StorageError and its kinds, mostly
+        return _fail(exc, 1, args.verbose)
+
+
+def _fail(exc: Exception, code: int, verbose: bool) -> int:
+    """One line on stderr; details (a server's log tail) only with --verbose."""
+    first, *rest = str(exc).splitlines() or [type(exc).__name__]
+    more = " (more with --verbose)" if rest and not verbose else ""
+    print(f"s3queue: error: {first}{more}", file=sys.stderr)
+    if rest and verbose:
+        print("\n".join(rest), file=sys.stderr)
+    return code
+
+
+class _Parser(argparse.ArgumentParser):
+    """Bad options are one line too, with where to read more."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"s3queue: error: {self.prog}: {message} (see {self.prog} --help)\n")
+
+
+def _count(text: str) -> int:
+    if not text.isdigit():
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 0, got {text!r}")
+    return int(text)
+
+
+def _port(text: str) -> int:
+    # SeaweedFS also binds the port + 10000 (gRPC).
+    if not text.isdigit() or not 1024 <= int(text) <= 65535 - 10000:
+        raise argparse.ArgumentTypeError(f"expected a port from 1024 to 55535, got {text!r}")
+    return int(text)
+
+
+def _endpoint(text: str) -> str:
+    parts = urlsplit(text)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise argparse.ArgumentTypeError(
+            f"expected an http(s) URL such as http://127.0.0.1:8333, got {text!r}"
+        )
+    return text
+
+
+def _common(parser: argparse.ArgumentParser, *, top: bool) -> None:
+    """Connection options, accepted before or after the subcommand."""
+
+    def default(value: Any) -> Any:
+        return value if top else argparse.SUPPRESS
+
+    parser.add_argument(
+        "--endpoint-url",
+        type=_endpoint,
+        default=default(os.environ.get(ENV_ENDPOINT_URL) or None),
+        help=f"S3 endpoint, for S3-compatible servers (env {ENV_ENDPOINT_URL}; default AWS)",
+    )
+    parser.add_argument(
+        "--bucket",
+        default=default(os.environ.get(ENV_BUCKET)),
+        help=f"the queues' bucket (env {ENV_BUCKET})",
+    )
+    parser.add_argument(
+        "--prefix",
+        default=default(os.environ.get(ENV_PREFIX) or DEFAULT_PREFIX),
+        help=f"root of every queue's keys (env {ENV_PREFIX}; default {DEFAULT_PREFIX})",
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="s3queue",
+        description="Distributed worker queues backed by nothing but S3.",
+        epilog="Exit codes: 0 ok, 1 S3 trouble, 2 bad input, 130 Ctrl-C. See docs/usage.md.",
+    )
+    _common(parser, top=True)
+    parser.add_argument("-v", "--verbose", action="store_true", help="log every state change")
+    commands_ = parser.add_subparsers(title="commands", required=True, metavar="COMMAND")
+
+    def add(name: str, command: Command, help_text: str) -> argparse.ArgumentParser:
+        sub = commands_.add_parser(name, help=help_text, description=help_text)
+        _common(sub, top=False)
+        sub.set_defaults(command=command)
+        return sub
+
+    _dev_commands(add)
+    _queue_commands(add)
+    return parser
+
+
+Add = Callable[[str, Command, str], argparse.ArgumentParser]
+
+
+def _dev_commands(add: Add) -> None:
+    run = add("dev", dev.cmd_dev, "run the queues locally: coordinator and a worker pool")
+    _runtime_options(run)
+    run.add_argument("--drain", action="store_true", help="return once every queue is empty")
+    run.add_argument(
+        "--port", type=_port, help="S3 port of the embedded server (default: a free one)"
+    )
+    demo = add("demo", dev.cmd_demo, "enqueue a realistic mix on an embedded S3, run it to the end")
+    _runtime_options(demo)
+
+
+def _queue_commands(add: Add) -> None:
+    queue_help = "the queue's name (its handler module's file name)"
+    enqueue = add("enqueue", commands.cmd_enqueue, "add one message to a queue")
+    enqueue.add_argument("queue", help=queue_help)
+    enqueue.add_argument("body", help="JSON if it parses, else a string; @FILE reads a file")
+    enqueue.add_argument("--json", action="store_true", help="the body must be valid JSON")
+    enqueue.add_argument("--id", help="message id: enqueueing the same id again is a no-op")
+    enqueue.add_argument("--delay", type=float, default=0.0, help="seconds before it is visible")
+    enqueue.add_argument("--group", help="messages of one group run in order, one at a time")
+    enqueue.add_argument("--handlers", default=dev.DEFAULT_HANDLERS, help="handler modules folder")
+    stats = add("stats", commands.cmd_stats, "pending, delayed, in-flight and dead messages")
+    stats.add_argument("queue", nargs="?", help="one queue (default: every queue in the bucket)")
+    stats.add_argument("--json", action="store_true", help="JSON instead of a table")
+    dlq = add("dlq", commands.cmd_dlq, "list or redrive a queue's dead letters")
+    dlq.add_argument("action", choices=["list", "redrive"], help="list, or redrive to the queue")
+    dlq.add_argument("queue", help=queue_help)
+    dlq.add_argument(
+        "--limit",
+        type=_count,
+        default=100,
+        metavar="N",
+        help="list at most N, oldest first (0: all)",
+    )
+    dlq.add_argument(
+        "--json", action="store_true", help="JSON, one schema (docs/usage.md#dead-letters)"
+    )
+    purge = add("purge", commands.cmd_purge, "delete every pending and delayed message")
+    purge.add_argument("queue", help=queue_help)
+    purge.add_argument("--include-dlq", action="store_true", help="empty the DLQ too")
+    delete = add("delete", commands.cmd_delete, "delete a queue: every object under its prefix")
+    delete.add_argument("queue", help=queue_help)
+
+
+def _runtime_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--handlers", default=dev.DEFAULT_HANDLERS, help="handler modules folder")
+    parser.add_argument(
+        "--workers", type=_count, default=4, metavar="N", help="worker threads (default 4)"
+    )
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a setting of every queue, e.g. --set backoff_base=0.2",
+    )
+
+
+if __name__ == "__main__":
+    sys.exit(main())

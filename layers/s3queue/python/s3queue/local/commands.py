@@ -1,0 +1,122 @@
+"""The queue commands of ``s3queue``: enqueue, stats, dlq list / redrive, purge, delete."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from s3queue import admin
+from s3queue.discovery import discover_handlers
+from s3queue.errors import QueueNotFound
+from s3queue.keys import QueueKeys, check_queue_name
+from s3queue.local.console import Connection, UsageError, print_table
+from s3queue.producer import Queue
+
+
+def parse_body(text: str, *, require_json: bool = False) -> Any:
+    """A message body from the command line: JSON if it parses, else the text; @FILE reads it."""
+    if text.startswith("@"):
+        path = text[1:]
+        try:
+            data = sys.stdin.buffer.read() if path == "-" else Path(path).read_bytes()
+        except OSError as exc:
+            raise UsageError(f"cannot read body file {path!r}: {exc.strerror}") from exc
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError:
+            if require_json:
+                raise UsageError(f"body file {path!r} is not UTF-8 JSON") from None
+            return data  # binary: enqueued as bytes
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        if require_json:
+            raise UsageError(f"body is not valid JSON (--json): {exc}") from exc
+        return text
+
+
+def known_queues(conn: Connection, handlers: str) -> set[str]:
+    """Queues with a handler module in `handlers` (if it exists) or objects in the bucket."""
+    known = set(conn.queues())
+    if Path(handlers).is_dir():
+        known |= set(discover_handlers(handlers))
+    return known
+
+
+def existing_queue(conn: Connection, name: str) -> Queue:
+    """The named queue; `QueueNotFound` if the bucket holds nothing of it."""
+    queue = conn.queue(check_queue_name(name))
+    if not admin.exists(conn.storage, queue.keys):
+        raise QueueNotFound(
+            f"unknown queue {name!r}: no objects under {queue.keys.root} in bucket "
+            f"{conn.bucket!r} (queues there: {', '.join(conn.queues()) or 'none'})"
+        )
+    return queue
+
+
+def cmd_enqueue(args: argparse.Namespace) -> int:
+    body = parse_body(args.body, require_json=args.json)
+    conn = Connection.open(args)
+    name = check_queue_name(args.queue)
+    known = known_queues(conn, args.handlers)
+    if name not in known:
+        listed = ", ".join(sorted(known)) or "none"
+        raise QueueNotFound(
+            f"unknown queue {name!r}: no handler module {args.handlers}/{name}.py and nothing "
+            f"under {QueueKeys(args.prefix, name).root} (known: {listed})"
+        )
+    message_id = conn.queue(name).enqueue(body, id=args.id, delay=args.delay, group=args.group)
+    print(message_id)
+    return 0
+
+
+def cmd_stats(args: argparse.Namespace) -> int:
+    conn = Connection.open(args)
+    names = [args.queue] if args.queue else conn.queues()
+    rows = [existing_queue(conn, name).stats() for name in names]
+    if args.json:
+        print(json.dumps(rows if not args.queue else rows[0], indent=2))
+        return 0
+    columns = ("queue", "pending", "delayed", "in_flight", "dead", "tickets", "oldest_age_s")
+    print_table(columns, [[row[c] for c in columns] for row in rows])
+    return 0
+
+
+def cmd_dlq(args: argparse.Namespace) -> int:
+    conn = Connection.open(args)
+    queue = existing_queue(conn, args.queue)
+    if args.action == "redrive":
+        print(f"redrove {queue.redrive()} messages of {queue.name}")
+        return 0
+    entries = queue.dead_letters(limit=args.limit or None)
+    if args.json:
+        print(json.dumps(entries, indent=2, default=str))
+        return 0
+    for entry in entries:
+        print(f"{entry['id']}  attempts={entry['attempts']}  {entry['reason']}")
+    shown = len(entries)
+    full = bool(args.limit) and shown >= args.limit
+    total = admin.count_dead_letters(conn.storage, queue.keys) if full else shown
+    if shown < total:
+        print(f"showing {shown} of {total} dead letters in {queue.name} (--limit {args.limit})")
+    else:
+        print(f"{total} dead letters in {queue.name}")
+    return 0
+
+
+def cmd_purge(args: argparse.Namespace) -> int:
+    conn = Connection.open(args)
+    count = conn.queue(check_queue_name(args.queue)).purge(include_dlq=args.include_dlq)
+    what = "messages and dead letters" if args.include_dlq else "messages"
+    print(f"purged {count} {what} of {args.queue}")
+    return 0
+
+
+def cmd_delete(args: argparse.Namespace) -> int:
+    conn = Connection.open(args)
+    count = conn.queue(check_queue_name(args.queue)).delete()
+    print(f"deleted queue {args.queue} ({count} objects)")
+    return 0

@@ -1,0 +1,146 @@
+"""``s3queue dev`` and ``s3queue demo``: the local runtime on the command line."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import shutil
+import signal
+import sys
+import threading
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from pathlib import Path
+from types import FrameType
+
+from s3queue.discovery import discover_handlers
+from s3queue.local.console import Connection, ProgressLine, UsageError, print_summary
+from s3queue.local.monitor import retry_unreachable
+from s3queue.local.runtime import run_local
+from s3queue.local.seaweed import ANY_CREDENTIALS
+
+DEFAULT_HANDLERS = "functions/handlers"
+DEV_BUCKET = "s3queue-dev"
+DEV_DATA = ".s3queue-dev/s3"
+INTERRUPTED = 130
+EXAMPLE_BODIES = {
+    "send_email": {"to": "ada@example.com", "template": "welcome", "name": "Ada"},
+}
+"""A body the example handlers accept; any other queue's example is ``{"hello": "world"}``."""
+
+
+def overrides(pairs: list[str]) -> dict[str, float]:
+    """``["backoff_base=0.2"]`` -> ``{"backoff_base": 0.2}``."""
+    values: dict[str, float] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        try:
+            values[key.strip()] = float(value)
+        except ValueError:
+            sep = ""
+        if not sep:
+            raise UsageError(f"--set {pair!r}: expected KEY=NUMBER")
+    return values
+
+
+def cmd_dev(args: argparse.Namespace) -> int:
+    values = overrides(args.set)
+    queues = sorted(discover_handlers(args.handlers))  # bad modules fail before any server
+    stop = threading.Event()
+    with ExitStack() as stack:
+        interrupted = stack.enter_context(_stop_on_interrupt(stop))
+        conn = _connect(args, stack, stop)
+        if conn is None:
+            return INTERRUPTED
+        if conn.server is not None:
+            print(hint(conn, args.handlers, queues), file=sys.stderr)
+        print(
+            "Running; Ctrl-C stops (a second Ctrl-C aborts). Handler modules are loaded once: "
+            "restart after editing one.",
+            file=sys.stderr,
+        )
+        line = ProgressLine(sys.stderr)
+        summary = run_local(
+            args.handlers,
+            bucket=conn.bucket,
+            s3=conn.client,
+            workers=args.workers,
+            drain=args.drain,
+            prefix=args.prefix,
+            overrides=values,
+            progress=line.update,
+            stop=stop,
+        )
+        line.close()
+        print_summary(summary, sys.stdout)
+    return INTERRUPTED if interrupted.is_set() else 0
+
+
+def _connect(
+    args: argparse.Namespace, stack: ExitStack, stop: threading.Event
+) -> Connection | None:
+    """The embedded server, or ``--endpoint-url`` waited for while unreachable; None if stopped."""
+    if not args.endpoint_url:
+        return Connection.open_or_embed(args, stack, data_dir=DEV_DATA, bucket=DEV_BUCKET)
+    opened: list[Connection] = []
+    if not retry_unreachable(lambda: opened.append(Connection.open(args)), stop, wait=True):
+        return None
+    return opened[0]
+
+
+@contextmanager
+def _stop_on_interrupt(stop: threading.Event) -> Iterator[threading.Event]:
+    """The first Ctrl-C sets `stop` (workers finish or release their tickets); the next aborts.
+
+    Yields an event that tells whether Ctrl-C was pressed.
+    """
+    interrupted = threading.Event()
+
+    def first(signum: int, frame: FrameType | None) -> None:
+        interrupted.set()
+        stop.set()
+        signal.signal(signal.SIGINT, previous)
+
+    previous = signal.signal(signal.SIGINT, first)
+    try:
+        yield interrupted
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def command_name() -> str:
+    """How to run this command again from another shell of this machine."""
+    if shutil.which("s3queue"):
+        return "s3queue"
+    script = Path(sys.executable).parent / "s3queue"
+    if script.is_file():
+        try:
+            return str(script.relative_to(Path.cwd()))
+        except ValueError:
+            return str(script)
+    return f"{sys.executable} -m s3queue.local.cli"
+
+
+def hint(conn: Connection, handlers: str, queues: list[str]) -> str:
+    """How to reach the embedded server from another shell: the CLI, awscli, any SDK."""
+    assert conn.server is not None
+    url = conn.server.endpoint_url
+    key, secret = ANY_CREDENTIALS
+    queue = "send_email" if "send_email" in queues else (queues or ["QUEUE"])[0]
+    body = shlex.quote(json.dumps(EXAMPLE_BODIES.get(queue, {"hello": "world"})))
+    folder = shlex.quote(str(Path(handlers).resolve()))
+    return (
+        f"Embedded S3 at {url}, bucket {conn.bucket} (data in {DEV_DATA}). From another shell:\n"
+        f"  export S3QUEUE_ENDPOINT_URL={url} AWS_ENDPOINT_URL_S3={url} "
+        f"S3QUEUE_BUCKET={conn.bucket} AWS_ACCESS_KEY_ID={key} AWS_SECRET_ACCESS_KEY={secret} "
+        "AWS_REGION=us-east-1\n"
+        f"  {command_name()} enqueue --handlers {folder} {queue} {body}\n"
+        f"  aws s3 ls --recursive s3://{conn.bucket}/{conn.prefix}/   # awscli, or any SDK"
+    )
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from s3queue.local.demo import run_demo  # noqa: PLC0415 - only this command needs it
+
+    return run_demo(args, overrides(args.set))

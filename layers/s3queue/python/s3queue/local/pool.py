@@ -1,0 +1,99 @@
+"""`WorkerPool`: the local stand-in for Lambda's fleet, threads that process ticket payloads.
+
+A thread never takes the pool down with it: an `Exception` from processing is logged and
+counted (the ticket's lease redelivers its work, as after a crashed Lambda), and a thread that
+dies anyway (a `BaseException` such as a handler's ``SystemExit`` escaping the worker) is
+replaced by `revive`, which the runtime's monitor calls on every poll.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue as queues
+import threading
+from collections.abc import Callable
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+Payload = dict[str, Any]
+
+
+class WorkerPool:
+    """`size` threads running `process` on each payload handed to `invoke`."""
+
+    def __init__(
+        self, process: Callable[[Payload], None], size: int, name: str = "s3queue-worker"
+    ) -> None:
+        self._process = process
+        self._name = name
+        self._numbers = iter(range(1 << 62))
+        self._stopping = False
+        self.payloads: queues.Queue[Payload | None] = queues.Queue()
+        self.lock = threading.Lock()
+        self.busy = 0
+        self.errors = 0
+        """Payloads whose processing raised (logged; the lease protocol redelivers them)."""
+        self.replaced = 0
+        """Threads that died and were replaced."""
+        self.threads = [self._thread() for _ in range(max(size, 1))]
+
+    def _thread(self) -> threading.Thread:
+        name = f"{self._name}-{next(self._numbers)}"
+        return threading.Thread(target=self._run, name=name, daemon=True)
+
+    def start(self) -> None:
+        for thread in self.threads:
+            thread.start()
+
+    def invoke(self, payload: Payload) -> None:
+        """Hand a payload to the next free thread (the local ``lambda:Invoke``)."""
+        self.payloads.put(payload)
+
+    def idle(self) -> bool:
+        with self.lock:
+            return self.busy == 0 and self.payloads.empty()
+
+    def revive(self) -> int:
+        """Replace every thread that died; how many were replaced."""
+        with self.lock:
+            if self._stopping:
+                return 0
+            dead = [i for i, t in enumerate(self.threads) if t.ident and not t.is_alive()]
+            for index in dead:
+                log.error("worker thread %s died; starting a new one", self.threads[index].name)
+                self.threads[index] = self._thread()
+                self.threads[index].start()
+            self.replaced += len(dead)
+        return len(dead)
+
+    def stop(self) -> None:
+        """End every thread once it has taken what was handed to it before (stop the runtime
+        first: the workers then release such tickets at once)."""
+        with self.lock:
+            self._stopping = True
+            threads = list(self.threads)
+        for _ in threads:
+            self.payloads.put(None)
+        for thread in threads:
+            if thread.ident:
+                thread.join()
+
+    def _run(self) -> None:
+        while (payload := self.payloads.get()) is not None:
+            with self.lock:
+                self.busy += 1
+            try:
+                self._process(payload)
+            except Exception:  # like a crashed Lambda: logged, counted, redelivered by the lease
+                log.exception("ticket %s failed", payload.get("ticket"))
+                with self.lock:
+                    self.errors += 1
+            except BaseException:  # this thread ends here; `revive` replaces it
+                log.exception("ticket %s ended its worker thread", payload.get("ticket"))
+                with self.lock:
+                    self.errors += 1
+                return
+            finally:
+                with self.lock:
+                    self.busy -= 1

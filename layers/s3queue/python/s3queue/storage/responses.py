@@ -1,0 +1,90 @@
+"""How S3 answers map onto `s3queue.errors`: pure tables and one classifier, no boto3.
+
+`s3.py` pulls the code, status and message out of botocore's `ClientError` and asks
+`classify` what to raise and whether a retry may cure it.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from s3queue.errors import AccessDenied, BucketNotFound, Conflict, S3QueueError, StorageError
+
+_CONFLICT_CODES = frozenset({"PreconditionFailed", "ConditionalRequestConflict"})
+# Throttling and server-side failures a retry may cure (besides any 5xx and 429).
+_TRANSIENT_CODES = frozenset(
+    [
+        "SlowDown",
+        "Throttling",
+        "ThrottlingException",
+        "ThrottledException",
+        "RequestThrottled",
+        "RequestThrottledException",
+        "TooManyRequestsException",
+        "RequestLimitExceeded",
+        "BandwidthLimitExceeded",
+        "RequestTimeout",
+        "RequestTimeoutException",
+        "PriorRequestNotComplete",
+        "InternalError",
+        "ServiceUnavailable",
+    ]
+)
+_DENIED_HINTS = {
+    "InvalidAccessKeyId": "this endpoint does not know the access key id: check "
+    "AWS_ACCESS_KEY_ID / AWS_PROFILE",
+    "SignatureDoesNotMatch": "the secret key does not match the access key id: check "
+    "AWS_SECRET_ACCESS_KEY",
+    "ExpiredToken": "the session token has expired: refresh the credentials",
+    "InvalidToken": "the session token is malformed: refresh the credentials",
+    "RequestTimeTooSkewed": "this machine's clock is too far from the server's: sync it (NTP)",
+}
+
+
+class Missing(StorageError):
+    """A 404 on a key: callers turn it into None, success or Conflict; never raised to users."""
+
+
+class AlreadyOwned(StorageError):
+    """CreateBucket on a bucket we own already: success for `create_bucket`."""
+
+
+def classify(
+    code: str, status: int, message: str, where: str, bucket: str
+) -> tuple[S3QueueError, bool]:
+    """The error for an S3 error response, and whether a retry may cure it.
+
+    A 404 on a key becomes the private `Missing`, which callers turn into None or success.
+    """
+    if code == "ConditionalRequestConflict":
+        # 409: a concurrent operation on the key; S3 asks for a retry. Still a Conflict once
+        # retries run out, and `settle_*_conflict` then tells a real one from this.
+        return Conflict(f"{where}: {code}"), True
+    if code in _CONFLICT_CODES or status == 412:
+        return Conflict(f"{where}: {code or status}"), False
+    if code == "NoSuchBucket":
+        return BucketNotFound(
+            f"S3 bucket {bucket!r} does not exist: create it, or fix the bucket name or region"
+        ), False
+    if code in _DENIED_HINTS or code == "AccessDenied" or status == 403:
+        hint = _DENIED_HINTS.get(code, f"check that the credentials may access bucket {bucket!r}")
+        return AccessDenied(f"S3 refused {where} ({code or status}): {hint}"), False
+    if status == 404:
+        return Missing(f"{where}: not found"), False
+    if code == "BucketAlreadyOwnedByYou":
+        return AlreadyOwned(f"{where}: already owned"), False
+    transient = code in _TRANSIENT_CODES or status == 429 or status >= 500
+    return StorageError(f"{where} failed: {code} {message} (HTTP {status})"), transient
+
+
+def unquote(etag: str) -> str:
+    return etag.strip('"')
+
+
+def etag(response: dict[str, Any]) -> str:
+    return unquote(str(response["ETag"]))
+
+
+def ms(moment: datetime) -> int:
+    return int(moment.timestamp() * 1000)
