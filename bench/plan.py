@@ -40,6 +40,12 @@ class Plan:
     scale_in_flight: int = 8
     # cold start
     import_runs: int = 5
+    # pool (several runtime processes on one queue)
+    pool_messages: int = 600
+    pool_processes: tuple[int, ...] = (1, 2, 3)
+    pool_threads: int = 4
+    failover_rounds: int = 3
+    idle_worker_seconds: float = 30.0
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -247,6 +247,35 @@ def _coldstart(data: Results) -> list[str]:
     return [table(["function", "variant", "import ms (median)", "biggest imports, ms"], rows), size]
 
 
+def _pool(data: Results) -> list[str]:
+    rows = [
+        (
+            p["processes"],
+            p["threads_each"],
+            p["messages"],
+            p["seconds"],
+            p["messages_per_s"],
+            p["ratio_to_one"],
+        )
+        for p in data["scaling"]
+    ]
+    headers = [
+        "processes",
+        "threads each",
+        "messages",
+        "seconds",
+        "messages/s",
+        "ratio to one process",
+    ]
+    f, idle = data["failover"], data["idle_worker"]
+    notes = (
+        f"Leader SIGKILL to the next ticket published: p50 {f['p50']} s, max {f['max']} s over "
+        f"{f['rounds']} kills ({', '.join(map(str, f['seconds']))} s). An idle worker process: "
+        f"{idle['requests_per_minute']} S3 requests a minute per queue ({idle['requests']})."
+    )
+    return [table(headers, rows), notes]
+
+
 SECTIONS: list[tuple[str, Callable[[Results], list[str]]]] = [
     ("throughput", _throughput),
     ("latency", _latency),
@@ -254,4 +283,5 @@ SECTIONS: list[tuple[str, Callable[[Results], list[str]]]] = [
     ("idle", _idle),
     ("scale", _scale),
     ("coldstart", _coldstart),
+    ("pool", _pool),
 ]

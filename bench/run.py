@@ -25,7 +25,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from bench import coldstart, cost, idle, latency, report, scale, throughput
+from bench import coldstart, cost, idle, latency, pool, report, scale, throughput
 from bench.measure import load
 from bench.plan import DEFAULT, QUICK, SMOKE, Plan
 from bench.progress import Progress
@@ -40,8 +40,17 @@ SCENARIOS: dict[str, Scenario] = {
     "idle": idle.run,
     "scale": scale.run,
     "coldstart": coldstart.run,
+    "pool": pool.run,
 }
-WEIGHTS = {"throughput": 50, "latency": 45, "cost": 25, "idle": 75, "scale": 120, "coldstart": 10}
+WEIGHTS = {
+    "throughput": 50,
+    "latency": 45,
+    "cost": 25,
+    "idle": 75,
+    "scale": 120,
+    "coldstart": 10,
+    "pool": 90,
+}
 """Rough seconds each scenario takes at default sizes: the progress bar's proportions."""
 
 

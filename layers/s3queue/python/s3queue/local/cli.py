@@ -26,6 +26,7 @@ from s3queue.errors import (
 )
 from s3queue.local import commands, dev
 from s3queue.local.console import UsageError
+from s3queue.local.runtime import LOCAL_COORDINATION
 
 INTERRUPTED = 130
 BROKEN_PIPE = 141
@@ -168,8 +169,48 @@ def _dev_commands(add: Add) -> None:
     run.add_argument(
         "--port", type=_port, help="S3 port of the embedded server (default: a free one)"
     )
+    _lease_options(run)
+    work = add(
+        "worker",
+        dev.cmd_worker,
+        "work the queues' tickets without dispatching: one of a fleet beside `s3queue dev`",
+    )
+    _runtime_options(work)
+    work.add_argument("--drain", action="store_true", help="return once every queue is empty")
+    work.add_argument(
+        "--port", type=_port, help="S3 port of the embedded server (default: a free one)"
+    )
     demo = add("demo", dev.cmd_demo, "enqueue a realistic mix on an embedded S3, run it to the end")
     _runtime_options(demo)
+
+
+def _lease_options(parser: argparse.ArgumentParser) -> None:
+    default = LOCAL_COORDINATION
+    parser.add_argument(
+        "--lease-ttl",
+        type=_positive,
+        default=default.lease_ttl,
+        metavar="SECONDS",
+        help=f"leader lease: a dead leader is replaced after about this plus the skew "
+        f"tolerance (default {default.lease_ttl:g}; renewed every third of it)",
+    )
+    parser.add_argument(
+        "--skew-tolerance",
+        type=_positive,
+        default=default.skew_tolerance,
+        metavar="SECONDS",
+        help=f"clock skew allowed between hosts (default {default.skew_tolerance:g})",
+    )
+
+
+def _positive(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got {text!r}")
+    return value
 
 
 def _queue_commands(add: Add) -> None:

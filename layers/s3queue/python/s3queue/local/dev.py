@@ -11,13 +11,14 @@ import sys
 import threading
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
+from dataclasses import replace
 from pathlib import Path
 from types import FrameType
 
 from s3queue.discovery import discover_handlers
 from s3queue.local.console import Connection, ProgressLine, UsageError, print_summary
 from s3queue.local.monitor import retry_unreachable
-from s3queue.local.runtime import run_local
+from s3queue.local.runtime import LOCAL_COORDINATION, run_local
 from s3queue.local.seaweed import ANY_CREDENTIALS
 
 DEFAULT_HANDLERS = "functions/handlers"
@@ -44,7 +45,12 @@ def overrides(pairs: list[str]) -> dict[str, float]:
     return values
 
 
-def cmd_dev(args: argparse.Namespace) -> int:
+def cmd_worker(args: argparse.Namespace) -> int:
+    """`s3queue worker`: like `dev`, but dispatching nothing (one of a fleet of workers)."""
+    return cmd_dev(args, coordinate=False)
+
+
+def cmd_dev(args: argparse.Namespace, *, coordinate: bool = True) -> int:
     values = overrides(args.set)
     queues = sorted(discover_handlers(args.handlers))  # bad modules fail before any server
     stop = threading.Event()
@@ -71,6 +77,12 @@ def cmd_dev(args: argparse.Namespace) -> int:
             overrides=values,
             progress=line.update,
             stop=stop,
+            coordination=replace(
+                LOCAL_COORDINATION,
+                lease_ttl=getattr(args, "lease_ttl", LOCAL_COORDINATION.lease_ttl),
+                skew_tolerance=getattr(args, "skew_tolerance", LOCAL_COORDINATION.skew_tolerance),
+            ),
+            coordinate=coordinate,
         )
         line.close()
         print_summary(summary, sys.stdout)

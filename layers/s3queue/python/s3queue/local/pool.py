@@ -30,6 +30,8 @@ class WorkerPool:
         self._numbers = iter(range(1 << 62))
         self._stopping = False
         self.payloads: queues.Queue[Payload | None] = queues.Queue()
+        self.freed = threading.Event()
+        """Set whenever a thread finishes a payload: time to pull more work."""
         self.lock = threading.Lock()
         self.busy = 0
         self.errors = 0
@@ -49,6 +51,24 @@ class WorkerPool:
     def invoke(self, payload: Payload) -> None:
         """Hand a payload to the next free thread (the local ``lambda:Invoke``)."""
         self.payloads.put(payload)
+
+    def offer(self, payload: Payload) -> bool:
+        """Take a payload only if a thread is free to start it now; else leave it (False).
+
+        A published ticket not taken stays pending in S3, where any runtime's `Puller` (this
+        one's included, as soon as a thread frees up) claims it: so the work of a queue spreads
+        over every process that runs it, instead of queueing behind the leader's threads.
+        """
+        with self.lock:
+            if self.busy + self.payloads.qsize() >= len(self.threads):
+                return False
+            self.payloads.put(payload)
+            return True
+
+    def free(self) -> int:
+        """Threads that could start a payload now."""
+        with self.lock:
+            return max(len(self.threads) - self.busy - self.payloads.qsize(), 0)
 
     def idle(self) -> bool:
         with self.lock:
@@ -97,3 +117,4 @@ class WorkerPool:
             finally:
                 with self.lock:
                     self.busy -= 1
+                self.freed.set()

@@ -2,16 +2,22 @@
 
 The same code paths as on Lambda: `serve` over one `Coordinator` per queue, and
 `Worker.process` per ticket payload with a Lambda-like remaining time. A local invoker (a queue
-of payloads) stands in for ``lambda:Invoke``. Several runtimes on one bucket cooperate: each
-queue's lease decides which one dispatches, and every worker processes what it is handed.
+of payloads) stands in for ``lambda:Invoke``. Several runtimes on one bucket, on any hosts,
+cooperate: each queue's lease decides which one dispatches; the leader hands a ticket to its own
+pool only when a thread is free, and every runtime's pull loop (`pulling.py`) claims the pending
+tickets it has threads for, so all of them run handlers. With ``coordinate=False`` a runtime
+only works (``s3queue worker``): a fleet of those beside one or more ``s3queue dev``.
 """
 
 from __future__ import annotations
 
 import logging
+import os
+import socket
 import sys
 import threading
 import time
+import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -25,6 +31,7 @@ from s3queue.keys import QueueKeys
 from s3queue.local.loader import Handlers, LocalQueue, load_handlers
 from s3queue.local.monitor import Progress, reach, watch
 from s3queue.local.pool import WorkerPool
+from s3queue.local.pulling import PullLoop
 from s3queue.service import ServeResult, ServeSettings, serve
 from s3queue.storage.base import Storage
 from s3queue.tally import QueueTally, Tally
@@ -33,10 +40,19 @@ from s3queue.worker import Worker
 log = logging.getLogger(__name__)
 
 LOCAL_SERVE = ServeSettings(
-    busy_interval=0.05, idle_interval=0.1, max_idle_interval=1.0, linger=None, reserve=0.0
+    busy_interval=0.05,
+    idle_interval=0.1,
+    max_idle_interval=1.0,
+    follow_interval=0.5,
+    linger=None,
+    reserve=0.0,
 )
 """Poll often (an idle queue is probed once a second: a first message starts within about a
 second; against real S3 that is 60 LISTs a minute per queue), never end by itself."""
+LOCAL_COORDINATION = CoordinatorSettings(lease_ttl=3.0, skew_tolerance=1.0)
+"""A short leader lease: when a leader process dies, another runtime takes over within about
+`lease_ttl` + `skew_tolerance` (4 s) instead of 35 s. The price is one lease PUT a second per
+led queue; one host's clock (or NTP-synced hosts) needs no more skew tolerance than 1 s."""
 
 
 @dataclass
@@ -90,11 +106,13 @@ class _Runtime:
         coordination: CoordinatorSettings,
         listener: Listener | None,
         stop: threading.Event,
+        coordinate: bool = True,
     ) -> None:
         self.storage, self.handlers, self.prefix = storage, handlers, prefix
         self.stop = stop
         self.clock = _StoppableClock(stop)
         self.pool = WorkerPool(self._process, workers)
+        self.pulling = PullLoop(storage, prefix, list(handlers), self.pool, stop)
         self.tally = Tally(list(handlers))
         self.listener = listener
         self.failure: BaseException | None = None
@@ -105,13 +123,15 @@ class _Runtime:
             Coordinator(
                 storage,
                 name,
-                invoker=self.pool.invoke,
+                invoker=self._offer,
                 prefix=prefix,
                 settings=spec.settings,
                 coordination=coordination,
+                owner=f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}",
                 listener=listener,
             )
             for name, spec in handlers.items()
+            if coordinate
         ]
         self.workers = {
             name: Worker(
@@ -126,6 +146,11 @@ class _Runtime:
             for name, spec in handlers.items()
         }
         self.server = threading.Thread(target=self._serve, name="s3queue-serve", daemon=True)
+        self.puller = threading.Thread(target=self.pulling.run, name="s3queue-pull", daemon=True)
+
+    def _offer(self, payload: dict[str, Any]) -> None:
+        # Not taken (no thread free): it stays pending, for a pull loop here or elsewhere.
+        self.pool.offer(payload)
 
     def _on_event(self, event: Event) -> None:
         self.tally(event)
@@ -133,6 +158,8 @@ class _Runtime:
             self.listener(event)
 
     def _serve(self) -> None:
+        if not self.coordinators:
+            return  # a worker-only runtime
         try:
             self.serve_result = serve(
                 self.coordinators,
@@ -183,9 +210,12 @@ class _Runtime:
     def start(self) -> None:
         self.pool.start()
         self.server.start()
+        self.puller.start()
 
     def shutdown(self) -> None:
         self.stop.set()
+        self.pool.freed.set()  # wake the pull loop: it sees the stop
+        self.puller.join()
         self.pool.stop()
         self.server.join()
 
@@ -206,6 +236,7 @@ def run_local(
     listener: Listener | None = None,
     stop: threading.Event | None = None,
     timeout: float | None = None,
+    coordinate: bool = True,
 ) -> RunSummary:
     """Run every queue of `handlers` locally until `stop` is set, `timeout`, or (`drain`) empty.
 
@@ -213,6 +244,8 @@ def run_local(
     settings of every queue (e.g. ``{"backoff_base": 0.2}``). Storage is `storage`, or the
     `bucket` through the boto3 client `s3` (a default client if None). With `drain`, it
     returns once no queue has anything pending, delayed or in flight and no worker is busy.
+    `coordination` defaults to `LOCAL_COORDINATION` (failover in seconds); with
+    ``coordinate=False`` the runtime dispatches nothing and only works what others publish.
     """
     loaded = load_handlers(handlers, overrides)
     if storage is None:
@@ -227,9 +260,10 @@ def run_local(
         loaded,
         prefix=prefix,
         workers=workers,
-        coordination=coordination or CoordinatorSettings(),
+        coordination=coordination or LOCAL_COORDINATION,
         listener=listener,
         stop=stop,
+        coordinate=coordinate,
     )
     started = time.monotonic()
     runtime.start()

@@ -1,0 +1,52 @@
+"""Unit: `Puller` finds pending tickets for a worker nobody invoked, at a bounded cost."""
+
+from __future__ import annotations
+
+from harness import CountingStorage, Harness, Recorder
+from s3queue.config import QueueSettings
+from s3queue.pull import Puller
+
+
+def test_a_puller_finds_pending_tickets_and_a_worker_claims_them() -> None:
+    # GIVEN three published tickets whose invocations were lost
+    h = Harness(settings=QueueSettings(batch_size=1))
+    for i in range(3):
+        h.queue.enqueue(i)
+    h.tick()
+    h.invocations.clear()
+    puller = Puller(h.storage, h.queue.keys)
+    # WHEN a worker pulls two and processes them
+    payloads = puller.poll(2)
+    assert len(payloads) == 2
+    handler = Recorder()
+    for payload in payloads:
+        assert h.worker.process(payload, handler).status == "committed"
+    # THEN they ran; the third is still there for the next poll
+    assert sorted(handler.bodies()) in ([0, 1], [0, 2], [1, 2])
+    assert len(puller.poll(5)) == 1
+
+
+def test_a_claimed_ticket_is_read_once_until_it_changes() -> None:
+    h = Harness(settings=QueueSettings(batch_size=1))
+    h.queue.enqueue("x")
+    h.tick()
+    [payload] = h.invocations
+    counted = CountingStorage(h.storage)
+    puller = Puller(counted, h.queue.keys)  # type: ignore[arg-type]
+    polls: list[tuple[int, dict[str, int]]] = []
+
+    def handler(message: object) -> None:
+        # WHEN another worker holds the ticket (its handler runs), a puller polls twice
+        for _ in range(2):
+            polls.append((len(puller.poll(5)), counted.reset()))
+
+    assert h.new_worker("w2").process(payload, handler).status == "committed"
+    # THEN the first poll read it (one GET) and took nothing; the second did not read it again
+    assert polls == [(0, {"LIST": 1, "GET": 1}), (0, {"LIST": 1})]
+
+
+def test_a_poll_with_no_room_costs_nothing() -> None:
+    h = Harness()
+    counted = CountingStorage(h.storage)
+    assert Puller(counted, h.queue.keys).poll(0) == []  # type: ignore[arg-type]
+    assert counted.reset() == {}
