@@ -153,8 +153,13 @@ def _failover(target: Target, plan: Plan, handlers: Path, progress: Progress) ->
         stop.set()
         feeder.join()
         for proc in procs:
-            proc.send_signal(signal.SIGINT)
-            proc.wait()
+            proc.terminate()  # SIGTERM: a clean stop, as a container's
+        for proc in procs:
+            try:
+                proc.wait(timeout=WAIT)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
     ordered = sorted(times)
     return {
         "rounds": len(times),

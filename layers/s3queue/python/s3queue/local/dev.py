@@ -104,6 +104,7 @@ def _connect(
 @contextmanager
 def _stop_on_interrupt(stop: threading.Event) -> Iterator[threading.Event]:
     """The first Ctrl-C sets `stop` (workers finish or release their tickets); the next aborts.
+    SIGTERM (a container's stop, Kubernetes', ECS') stops the same clean way.
 
     Yields an event that tells whether Ctrl-C was pressed.
     """
@@ -114,11 +115,16 @@ def _stop_on_interrupt(stop: threading.Event) -> Iterator[threading.Event]:
         stop.set()
         signal.signal(signal.SIGINT, previous)
 
+    def terminate(signum: int, frame: FrameType | None) -> None:
+        stop.set()
+
     previous = signal.signal(signal.SIGINT, first)
+    previous_term = signal.signal(signal.SIGTERM, terminate)
     try:
         yield interrupted
     finally:
         signal.signal(signal.SIGINT, previous)
+        signal.signal(signal.SIGTERM, previous_term)
 
 
 def command_name() -> str:
