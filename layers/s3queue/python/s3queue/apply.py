@@ -28,7 +28,15 @@ from dataclasses import dataclass
 
 from s3queue.errors import Conflict, MalformedMessage
 from s3queue.keys import MsgKey, QueueKeys, ticket_name
-from s3queue.model import Outcome, Record, Ref, Ticket, decode_records, encode_records
+from s3queue.model import (
+    TOMBSTONE,
+    Outcome,
+    Record,
+    Ref,
+    Ticket,
+    decode_records,
+    encode_records,
+)
 from s3queue.model import foreign_record as _foreign
 from s3queue.storage.base import Storage, new_token
 
@@ -42,14 +50,10 @@ class Loaded:
     """Set when the object could not be decoded; `records` then holds one raw record."""
 
 
-TOMBSTONE = b""
-"""What a consumed copy is overwritten with (library message objects are never empty)."""
-
-
 def load_ref(storage: Storage, keys: QueueKeys, ref: Ref, max_bytes: int) -> Loaded | None:
     """GET a ref's object and decode it; None if it is gone (its outcomes were applied)."""
     obj = storage.get(ref.key)
-    if obj is None or (obj.body == TOMBSTONE and ref.key.startswith(keys.msg)):
+    if obj is None or keys.is_tombstone(ref.key, len(obj.body)):
         return None
     name = ref.key[len(keys.root) :]
     if keys.parse_msg(ref.key) is not None:

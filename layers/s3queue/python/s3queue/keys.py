@@ -208,6 +208,11 @@ class QueueKeys:
         """
         return self.ids + "~"
 
+    def is_tombstone(self, key: str, size: int) -> bool:
+        """An emptied ``msg/`` or ``dlq/`` object (`model.TOMBSTONE`): a consumed copy's
+        (apply.py) or a redriven dead letter's (admin.py); never a message."""
+        return size == 0 and key.startswith((self.msg, self.dlq))
+
     def parse_msg(self, key: str) -> MsgKey | None:
         """The fields of a full ``msg/`` key; None for any other key or a foreign name."""
         return parse_msg_name(key[len(self.msg) :]) if key.startswith(self.msg) else None

@@ -18,6 +18,10 @@ OutcomeKind = Literal["done", "retry", "dead", "release", "skip"]
 """done, retry, dead: the handler ran; release: it did not, the message goes back as it was;
 skip: an explicit-id message already handled (its marker is done), retired without running."""
 TicketState = Literal["pending", "claimed", "committed"]
+TOMBSTONE = b""
+"""What a consumed copy (apply.py) or a redriven dead letter (admin.py) is overwritten with, so
+a late writer cannot create it again; messages and dead letters are never empty
+(`QueueKeys.is_tombstone`)."""
 
 
 @dataclass(frozen=True, slots=True)
