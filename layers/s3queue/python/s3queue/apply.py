@@ -30,6 +30,7 @@ from s3queue.errors import Conflict, MalformedMessage
 from s3queue.keys import MsgKey, QueueKeys, ticket_name
 from s3queue.model import (
     TOMBSTONE,
+    Marker,
     Outcome,
     Record,
     Ref,
@@ -225,8 +226,7 @@ def _put_dead(
 
 def _mark_done(storage: Storage, keys: QueueKeys, message_id: str) -> None:
     token = new_token()
-    body = json.dumps({"v": 1, "token": token, "state": "done"}).encode()
-    storage.put(keys.marker(message_id), body, token=token)
+    storage.put(keys.marker(message_id), Marker("done").encode(token), token=token)
 
 
 def _create(storage: Storage, key: str, body: bytes) -> None:

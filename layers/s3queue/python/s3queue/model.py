@@ -135,6 +135,34 @@ def foreign_record(name: str, data: bytes, modified_ms: int) -> Record:
         return Record(foreign_id(name), data, modified_ms, raw=True)
 
 
+@dataclass(frozen=True, slots=True)
+class Marker:
+    """An explicit id's dedup marker (``ids/<id>``): put "pending" with its message's key
+    before the message (producer.py), marked "done" when the message is handled (apply.py)."""
+
+    state: str
+    key: str | None = None
+
+    @property
+    def done(self) -> bool:
+        return self.state == "done"
+
+    def encode(self, token: str) -> bytes:
+        doc: dict[str, Any] = {"v": 1, "token": token, "state": self.state}
+        if self.key is not None:
+            doc["key"] = self.key
+        return json.dumps(doc).encode()
+
+    @classmethod
+    def decode(cls, data: bytes) -> Marker:
+        try:
+            doc = json.loads(data)
+            state, key = doc.get("state"), doc.get("key")
+        except (ValueError, AttributeError) as exc:
+            raise MalformedMessage("undecodable marker") from exc
+        return cls(str(state), key if isinstance(key, str) else None)
+
+
 def to_datetime(ms: int) -> datetime:
     return datetime.fromtimestamp(ms / 1000, tz=UTC)
 
