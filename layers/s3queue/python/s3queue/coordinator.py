@@ -23,7 +23,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from s3queue import scan
-from s3queue.clock import Clock, SystemClock
+from s3queue.admin import iter_keys
+from s3queue.clock import Clock, SystemClock, ms
 from s3queue.config import CoordinatorSettings, QueueSettings
 from s3queue.cursor import Cursor
 from s3queue.errors import Conflict
@@ -33,7 +34,6 @@ from s3queue.lease import LeaderLease
 from s3queue.model import Ref, Ticket
 from s3queue.probe import probe
 from s3queue.reconcile import Invoker, Known, Reconciler
-from s3queue.reconcile import ms as _ms
 from s3queue.storage.base import Entry, Storage, new_token
 
 __all__ = ["Coordinator", "Invoker", "Known", "TickResult"]
@@ -97,8 +97,8 @@ class Coordinator:
             self.keys.lease,
             owner=self.owner,
             clock=self.clock,
-            ttl_ms=_ms(self.config.lease_ttl),
-            skew_ms=_ms(self.config.skew_tolerance),
+            ttl_ms=ms(self.config.lease_ttl),
+            skew_ms=ms(self.config.skew_tolerance),
             epochs=self._ticket_epochs,
         )
         self.reconciler = Reconciler(
@@ -150,14 +150,7 @@ class Coordinator:
         return {p[0] for e in self._list_tickets() if (p := self.keys.parse_ticket(e.key))}
 
     def _list_tickets(self) -> list[Entry]:
-        entries: list[Entry] = []
-        start: str | None = None
-        while True:
-            page = self.storage.list(self.keys.tickets, start_after=start)
-            entries.extend(page.entries)
-            if not page.truncated or not page.entries:
-                return entries
-            start = page.entries[-1].key
+        return list(iter_keys(self.storage, self.keys.tickets))
 
     def _dispatch(self, reaped: int) -> TickResult:
         """Read the cursor, plan tickets within capacity, publish them."""

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from s3queue.clock import Clock
+from s3queue.clock import Clock, ms
 from s3queue.config import CoordinatorSettings, QueueSettings
 from s3queue.cursor import Cursor, msg_keys
 from s3queue.errors import Conflict, MalformedMessage
@@ -184,7 +184,3 @@ class Reconciler:
             return
         if reason != "new":
             self.emit("reinvoke", now, ticket=key, reason=reason)
-
-
-def ms(seconds: float) -> int:
-    return round(seconds * 1000)
