@@ -171,7 +171,7 @@ class Coordinator:
             capacity=capacity,
             in_flight=in_flight,
             busy_groups=busy | absent,
-            live_origins={key.rsplit("/", 1)[1] for key in memory.known},
+            live_origins={self.keys.ticket_origin(key) for key in memory.known},
         )
         plan = planner.run(candidates)
         memory.cursor.settle_held(plan, absent, stopped)

@@ -139,7 +139,7 @@ class Cursor:
             for entry in page.entries:
                 tombstone = self.keys.is_tombstone(entry.key, entry.size)
                 if entry.key.startswith(target) and not tombstone:
-                    found[entry.key] = scan.msg_candidate(entry, entry.key[len(self.keys.msg) :])
+                    found[entry.key] = scan.msg_candidate(entry, self.keys)
 
     def delete_done(self, storage: Storage) -> None:
         """Delete what the tick is done with once it published: expired tombstones, followed
@@ -208,13 +208,13 @@ class Cursor:
     ) -> str:
         """One LIST of msg/ into `found`; its last key when truncated, else ""."""
         page = storage.list(self.keys.msg, start_after=start, limit=limit)
-        prefix, ttl = len(self.keys.msg), round(self.config.tombstone_ttl * 1000)
+        ttl = round(self.config.tombstone_ttl * 1000)
         for entry in page.entries:
             if self.keys.is_tombstone(entry.key, entry.size):
                 if self._now - entry.last_modified_ms > ttl:
                     self.expired.append(entry.key)
                 continue
-            found[entry.key] = scan.msg_candidate(entry, entry.key[prefix:])
+            found[entry.key] = scan.msg_candidate(entry, self.keys)
         return page.entries[-1].key if page.truncated and page.entries else ""
 
 

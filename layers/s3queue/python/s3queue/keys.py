@@ -221,6 +221,10 @@ class QueueKeys:
         """(epoch, seq) of a full ``tickets/`` key; None for any other key."""
         return parse_ticket_name(key[len(self.tickets) :]) if key.startswith(self.tickets) else None
 
+    def ticket_origin(self, key: str) -> str:
+        """A full ``tickets/`` key's name, as a copy's origin (``~o``) spells it."""
+        return key[len(self.tickets) :]
+
     def msg_key(self, key: MsgKey) -> str:
         return self.msg + key.name()
 
