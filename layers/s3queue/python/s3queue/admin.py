@@ -20,7 +20,7 @@ from typing import Any
 
 from s3queue.errors import MalformedMessage, QueueNotFound
 from s3queue.keys import MsgKey, QueueKeys, new_id
-from s3queue.model import Record, Ticket, encode_records
+from s3queue.model import TOMBSTONE, Record, Ticket, encode_records
 from s3queue.storage.base import Entry, Storage, new_token
 
 
@@ -98,8 +98,8 @@ def _messages(storage: Storage, keys: QueueKeys) -> Iterator[tuple[Entry, int, i
     for entry in iter_keys(storage, keys.inbox):
         yield entry, 1, entry.last_modified_ms
     for entry in iter_keys(storage, keys.msg):
-        if entry.size == 0:
-            continue  # a consumed copy's tombstone (apply.py)
+        if keys.is_tombstone(entry.key, entry.size):
+            continue
         parsed = keys.parse_msg(entry.key)
         if parsed is None:
             yield entry, 1, 0
@@ -109,7 +109,7 @@ def _messages(storage: Storage, keys: QueueKeys) -> Iterator[tuple[Entry, int, i
 
 def count_dead_letters(storage: Storage, keys: QueueKeys) -> int:
     """Dead letters in the DLQ (LISTs only; an empty object is a redriven one's tombstone)."""
-    return sum(1 for entry in iter_keys(storage, keys.dlq) if entry.size)
+    return sum(1 for e in iter_keys(storage, keys.dlq) if not keys.is_tombstone(e.key, e.size))
 
 
 def dead_letters(
@@ -120,7 +120,7 @@ def dead_letters(
     for entry in _iter_after(storage, keys.dlq, after):
         if limit is not None and len(entries) >= limit:
             break
-        obj = storage.get(entry.key) if entry.size else None  # empty: redriven
+        obj = None if keys.is_tombstone(entry.key, entry.size) else storage.get(entry.key)
         if obj is not None:
             entries.append(dead_letter(entry.key, obj.body))
     return entries
@@ -166,7 +166,7 @@ def redrive(storage: Storage, keys: QueueKeys, now_ms: int) -> int:
     """Each dead letter becomes a fresh message (attempt 1, errors kept), then is deleted."""
     moved = 0
     for entry in list(iter_keys(storage, keys.dlq)):
-        obj = storage.get(entry.key) if entry.size else None  # empty: redriven already
+        obj = None if keys.is_tombstone(entry.key, entry.size) else storage.get(entry.key)
         if obj is None:
             continue
         try:
@@ -180,7 +180,7 @@ def redrive(storage: Storage, keys: QueueKeys, now_ms: int) -> int:
         storage.put(keys.msg_key(key), encode_records([record], new_token()), if_none_match=True)
         # A tombstone, not a delete: a late applier of the commit that wrote this dead letter
         # cannot create it again (apply.py); the DLQ's lifecycle rule removes it.
-        storage.put(entry.key, b"", if_match=entry.etag)
+        storage.put(entry.key, TOMBSTONE, if_match=entry.etag)
         moved += 1
     return moved
 
@@ -196,13 +196,14 @@ def purge(storage: Storage, keys: QueueKeys, *, include_dlq: bool = False) -> in
     purged += _delete_prefix(storage, keys.msg, lambda entry: _message_count(keys, entry))
     _delete_prefix(storage, keys.ids, lambda entry: 0)
     if include_dlq:
-        purged += _delete_prefix(storage, keys.dlq, lambda entry: 1 if entry.size else 0)
+        purged += _delete_prefix(storage, keys.dlq, lambda e: _message_count(keys, e))
     return purged
 
 
 def _message_count(keys: QueueKeys, entry: Entry) -> int:
-    if entry.size == 0:
-        return 0  # a consumed copy's tombstone
+    """The messages a listed object holds: a packed one all of them, a tombstone none."""
+    if keys.is_tombstone(entry.key, entry.size):
+        return 0
     parsed = keys.parse_msg(entry.key)
     return 1 if parsed is None else parsed.count
 

@@ -28,7 +28,16 @@ from dataclasses import dataclass
 
 from s3queue.errors import Conflict, MalformedMessage
 from s3queue.keys import MsgKey, QueueKeys, ticket_name
-from s3queue.model import Outcome, Record, Ref, Ticket, decode_records, encode_records
+from s3queue.model import (
+    TOMBSTONE,
+    Marker,
+    Outcome,
+    Record,
+    Ref,
+    Ticket,
+    decode_records,
+    encode_records,
+)
 from s3queue.model import foreign_record as _foreign
 from s3queue.storage.base import Storage, new_token
 
@@ -42,14 +51,10 @@ class Loaded:
     """Set when the object could not be decoded; `records` then holds one raw record."""
 
 
-TOMBSTONE = b""
-"""What a consumed copy is overwritten with (library message objects are never empty)."""
-
-
 def load_ref(storage: Storage, keys: QueueKeys, ref: Ref, max_bytes: int) -> Loaded | None:
     """GET a ref's object and decode it; None if it is gone (its outcomes were applied)."""
     obj = storage.get(ref.key)
-    if obj is None or (obj.body == TOMBSTONE and ref.key.startswith(keys.msg)):
+    if obj is None or keys.is_tombstone(ref.key, len(obj.body)):
         return None
     name = ref.key[len(keys.root) :]
     if keys.parse_msg(ref.key) is not None:
@@ -136,35 +141,63 @@ def _apply_ref(
     records: list[Record],
     outcomes: list[Outcome],
 ) -> None:
+    """Carry out one ref's outcomes; what was released goes back as one copy."""
     kinds = {o.id: o for o in outcomes}
     source = keys.parse_msg(ref.key)
     released: list[Record] = []
     for index, record in enumerate(records):
         outcome = kinds.get(record.id)
         delivered = record.attempt + ref.counted(index)
-        attempt = outcome.attempt if outcome is not None and outcome.attempt else delivered
         if outcome is None or outcome.kind == "release":
             again = record.redelivered or ticket.generation > 0
             released.append(_with(record, attempt=delivered, redelivered=again))
-        elif outcome.kind == "retry":
-            _put_retry(storage, keys, record, outcome, attempt, source, ticket)
-        elif outcome.kind == "dead":
-            _put_dead(storage, keys, record, outcome, attempt, ref.key)
-        if outcome is not None and outcome.kind in ("done", "dead") and record.dedup:
-            _mark_done(storage, keys, record.id)
+        else:
+            _apply_outcome(storage, keys, ticket, ref, source, record, outcome, delivered)
     if released:
-        grouped = source is not None and source.group is not None
-        sort_ms = source.sort_ms if source and grouped else ticket.committed_ms
-        base = source.id if source else released[0].id
-        key = MsgKey(
-            sort_ms,
-            base,
-            source.group if source else None,
-            source.not_before_ms if source else 0,
-            len(released),
-            origin,
-        )
-        _create(storage, keys.msg_key(key), encode_records(released, new_token()))
+        _put_released(storage, keys, ticket, origin, source, released)
+
+
+def _apply_outcome(
+    storage: Storage,
+    keys: QueueKeys,
+    ticket: Ticket,
+    ref: Ref,
+    source: MsgKey | None,
+    record: Record,
+    outcome: Outcome,
+    delivered: int,
+) -> None:
+    """A handled record: a retry copy, a dead letter, and an explicit id's marker done."""
+    attempt = outcome.attempt or delivered
+    if outcome.kind == "retry":
+        _put_retry(storage, keys, record, outcome, attempt, source, ticket)
+    elif outcome.kind == "dead":
+        _put_dead(storage, keys, record, outcome, attempt, ref.key)
+    if outcome.kind in ("done", "dead") and record.dedup:
+        _mark_done(storage, keys, record.id)
+
+
+def _put_released(
+    storage: Storage,
+    keys: QueueKeys,
+    ticket: Ticket,
+    origin: str,
+    source: MsgKey | None,
+    released: list[Record],
+) -> None:
+    """One copy of a ref's released records: a group's in its place in line, else at commit."""
+    grouped = source is not None and source.group is not None
+    sort_ms = source.sort_ms if source and grouped else ticket.committed_ms
+    base = source.id if source else released[0].id
+    key = MsgKey(
+        sort_ms,
+        base,
+        source.group if source else None,
+        source.not_before_ms if source else 0,
+        len(released),
+        origin,
+    )
+    _create(storage, keys.msg_key(key), encode_records(released, new_token()))
 
 
 def _with(record: Record, **changes: object) -> Record:
@@ -221,8 +254,7 @@ def _put_dead(
 
 def _mark_done(storage: Storage, keys: QueueKeys, message_id: str) -> None:
     token = new_token()
-    body = json.dumps({"v": 1, "token": token, "state": "done"}).encode()
-    storage.put(keys.marker(message_id), body, token=token)
+    storage.put(keys.marker(message_id), Marker("done").encode(token), token=token)
 
 
 def _create(storage: Storage, key: str, body: bytes) -> None:

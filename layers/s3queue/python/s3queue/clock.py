@@ -7,6 +7,11 @@ import time
 from typing import Protocol
 
 
+def ms(seconds: float) -> int:
+    """Seconds (settings) as the milliseconds the logic counts in."""
+    return round(seconds * 1000)
+
+
 class Clock(Protocol):
     """Milliseconds since the epoch, and a way to wait."""
 

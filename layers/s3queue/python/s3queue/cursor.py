@@ -41,10 +41,8 @@ class Cursor:
     swept: bool = False
     """This tick's scan started over from the first message."""
     swept_ms: int = 0
-    first_page: int = 1000
-    """Keys asked of the first LIST (the coordinator sizes it to what it can dispatch)."""
     expired: list[str] = field(default_factory=list)
-    """Tombstones past their TTL met by the scan, for the coordinator to delete."""
+    """Tombstones past their TTL met by the scan, to delete (`take_done`)."""
     notices: list[str] = field(default_factory=list)
     """Late notices this tick read and followed: deleted once its tickets are published."""
     _now: int = 0
@@ -70,15 +68,20 @@ class Cursor:
         self.notices = []  # kept in S3: read and followed again
 
     def read(
-        self, storage: Storage, now: int, enough: Callable[[Iterable[scan.Candidate]], bool]
+        self,
+        storage: Storage,
+        now: int,
+        enough: Callable[[Iterable[scan.Candidate]], bool],
+        *,
+        want: int,
     ) -> tuple[list[scan.Candidate], str]:
         """Candidates from the inbox's first page, one page from the rewind point if any, and
         pages from the cursor until there is `enough` to dispatch, at most ``scan_pages``. Also
         the last key read if the scan stopped short of now.
 
-        The first page asks for about `want` keys (parsing a full page of 1,000 costs a busy
-        coordinator more than the LIST itself); later ones for a full page, so a long run of
-        a busy group's messages is crossed quickly.
+        The first page is sized to `want`, the messages the tick can dispatch (parsing a full
+        page of 1,000 costs a busy coordinator more than the LIST itself); later ones ask for
+        a full page, so a long run of a busy group's messages is crossed quickly.
         """
         self._now = now
         swept = now - self.swept_ms >= round(self.config.sweep_interval * 1000)
@@ -89,7 +92,8 @@ class Cursor:
         found = {e.key: scan.inbox_candidate(e) for e in inbox}
         if rewinds and self.keys.msg_after(min(rewinds)) < start_after:
             self._page(storage, self.keys.msg_after(min(rewinds)), found, 1000)
-        stopped = self._main(storage, start_after, found, now, enough)
+        first_page = min(1000, 2 * want + 100)
+        stopped = self._main(storage, start_after, found, now, enough, first_page=first_page)
         self._follow(storage, found)
         # Every LIST answered: only now are the rewind and the wake-ups used up (a tick that
         # fails half-way must not lose them, or a group's waiting head is left behind).
@@ -107,9 +111,11 @@ class Cursor:
         found: dict[str, scan.Candidate],
         now: int,
         enough: Callable[[Iterable[scan.Candidate]], bool],
+        *,
+        first_page: int,
     ) -> str:
         """The pages from the cursor; the last key read if they stopped short of now."""
-        start, stopped, limit = start_after or None, "", self.first_page
+        start, stopped, limit = start_after or None, "", first_page
         for _ in range(self.config.scan_pages):
             stopped = self._page(storage, start, found, limit)
             if not stopped or _sort_ms(self.keys, stopped) > now:
@@ -131,8 +137,17 @@ class Cursor:
             # The target, or a retry copy of it (same name, more attributes), sorts first here.
             page = storage.list(self.keys.msg, start_after=target[:-1], limit=3)
             for entry in page.entries:
-                if entry.key.startswith(target) and entry.size:
-                    found[entry.key] = scan.msg_candidate(entry, entry.key[len(self.keys.msg) :])
+                tombstone = self.keys.is_tombstone(entry.key, entry.size)
+                if entry.key.startswith(target) and not tombstone:
+                    found[entry.key] = scan.msg_candidate(entry, self.keys)
+
+    def delete_done(self, storage: Storage) -> None:
+        """Delete what the tick is done with once it published: expired tombstones, followed
+        late notices. Forgotten only once deleted, so a failed delete is retried next tick."""
+        done = self.expired + self.notices
+        if done:
+            storage.delete_many(done)
+            self.expired, self.notices = [], []
 
     def advance(self, plan: scan.Plan, stopped: str, now: int) -> None:
         """Resume at the first message held back by capacity; else where the scan stopped;
@@ -193,13 +208,13 @@ class Cursor:
     ) -> str:
         """One LIST of msg/ into `found`; its last key when truncated, else ""."""
         page = storage.list(self.keys.msg, start_after=start, limit=limit)
-        prefix, ttl = len(self.keys.msg), round(self.config.tombstone_ttl * 1000)
+        ttl = round(self.config.tombstone_ttl * 1000)
         for entry in page.entries:
-            if entry.size == 0:  # a consumed copy's tombstone (apply.py): not a message
+            if self.keys.is_tombstone(entry.key, entry.size):
                 if self._now - entry.last_modified_ms > ttl:
                     self.expired.append(entry.key)
                 continue
-            found[entry.key] = scan.msg_candidate(entry, entry.key[prefix:])
+            found[entry.key] = scan.msg_candidate(entry, self.keys)
         return page.entries[-1].key if page.truncated and page.entries else ""
 
 

@@ -208,6 +208,11 @@ class QueueKeys:
         """
         return self.ids + "~"
 
+    def is_tombstone(self, key: str, size: int) -> bool:
+        """An emptied ``msg/`` or ``dlq/`` object (`model.TOMBSTONE`): a consumed copy's
+        (apply.py) or a redriven dead letter's (admin.py); never a message."""
+        return size == 0 and key.startswith((self.msg, self.dlq))
+
     def parse_msg(self, key: str) -> MsgKey | None:
         """The fields of a full ``msg/`` key; None for any other key or a foreign name."""
         return parse_msg_name(key[len(self.msg) :]) if key.startswith(self.msg) else None
@@ -215,6 +220,10 @@ class QueueKeys:
     def parse_ticket(self, key: str) -> tuple[int, int] | None:
         """(epoch, seq) of a full ``tickets/`` key; None for any other key."""
         return parse_ticket_name(key[len(self.tickets) :]) if key.startswith(self.tickets) else None
+
+    def ticket_origin(self, key: str) -> str:
+        """A full ``tickets/`` key's name, as a copy's origin (``~o``) spells it."""
+        return key[len(self.tickets) :]
 
     def msg_key(self, key: MsgKey) -> str:
         return self.msg + key.name()

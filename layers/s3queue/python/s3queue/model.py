@@ -1,4 +1,9 @@
-"""The records S3Queue stores and the message a handler sees; JSON in, JSON out."""
+"""The records S3Queue stores and the message a handler sees; JSON in, JSON out.
+
+Over the house's ~300 lines on purpose: every stored document (message records, dedup
+markers, tombstones, tickets) is encoded and decoded here and nowhere else, so one module owns
+the bytes. Split it by document (tickets apart) if it grows further.
+"""
 
 from __future__ import annotations
 
@@ -18,6 +23,10 @@ OutcomeKind = Literal["done", "retry", "dead", "release", "skip"]
 """done, retry, dead: the handler ran; release: it did not, the message goes back as it was;
 skip: an explicit-id message already handled (its marker is done), retired without running."""
 TicketState = Literal["pending", "claimed", "committed"]
+TOMBSTONE = b""
+"""What a consumed copy (apply.py) or a redriven dead letter (admin.py) is overwritten with, so
+a late writer cannot create it again; messages and dead letters are never empty
+(`QueueKeys.is_tombstone`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,6 +138,34 @@ def foreign_record(name: str, data: bytes, modified_ms: int) -> Record:
         return Record(foreign_id(name), json.loads(data), modified_ms)
     except (ValueError, UnicodeDecodeError):
         return Record(foreign_id(name), data, modified_ms, raw=True)
+
+
+@dataclass(frozen=True, slots=True)
+class Marker:
+    """An explicit id's dedup marker (``ids/<id>``): put "pending" with its message's key
+    before the message (producer.py), marked "done" when the message is handled (apply.py)."""
+
+    state: str
+    key: str | None = None
+
+    @property
+    def done(self) -> bool:
+        return self.state == "done"
+
+    def encode(self, token: str) -> bytes:
+        doc: dict[str, Any] = {"v": 1, "token": token, "state": self.state}
+        if self.key is not None:
+            doc["key"] = self.key
+        return json.dumps(doc).encode()
+
+    @classmethod
+    def decode(cls, data: bytes) -> Marker:
+        try:
+            doc = json.loads(data)
+            state, key = doc.get("state"), doc.get("key")
+        except (ValueError, AttributeError) as exc:
+            raise MalformedMessage("undecodable marker") from exc
+        return cls(str(state), key if isinstance(key, str) else None)
 
 
 def to_datetime(ms: int) -> datetime:

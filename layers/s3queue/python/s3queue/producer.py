@@ -28,7 +28,7 @@ from s3queue.clock import Clock, SystemClock
 from s3queue.errors import Conflict, InvalidArgument, MalformedMessage
 from s3queue.events import Emitter, Listener
 from s3queue.keys import MsgKey, QueueKeys, check_message_id, check_queue_name, new_id
-from s3queue.model import Record, encode_records, record_for
+from s3queue.model import Marker, Record, encode_records, record_for
 from s3queue.storage.base import Storage, new_token
 
 _log = logging.getLogger(__name__)
@@ -204,15 +204,15 @@ class Queue:
         marker = self.keys.marker(record.id)
         token = new_token()
         full = self.keys.msg_key(key)
-        doc = {"v": 1, "token": token, "state": "pending", "key": full}
+        body = Marker("pending", full).encode(token)
         try:
-            self.storage.put(marker, json.dumps(doc).encode(), if_none_match=True, token=token)
+            self.storage.put(marker, body, if_none_match=True, token=token)
         except Conflict:
             obj = self.storage.get(marker)
-            existing = json.loads(obj.body) if obj is not None else {}
-            if existing.get("state") == "done":
+            existing = Marker.decode(obj.body) if obj is not None else Marker("pending")
+            if existing.done:
                 return key
-            full = existing.get("key", full)
+            full = existing.key or full
             key = self.keys.parse_msg(full) or key
         with contextlib.suppress(Conflict):  # the first enqueue's message is there
             self._create(full, data)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from s3queue.keys import parse_msg_name
+from s3queue.keys import QueueKeys
 from s3queue.storage.base import Entry
 
 
@@ -31,9 +31,9 @@ class Candidate:
     """A late notice's target (a full key): not a message, never dispatched (producer.py)."""
 
 
-def msg_candidate(entry: Entry, name: str) -> Candidate:
+def msg_candidate(entry: Entry, keys: QueueKeys) -> Candidate:
     """A ``msg/`` entry; a name the library did not write is a foreign message, ready now."""
-    key = parse_msg_name(name)
+    key = keys.parse_msg(entry.key)
     if key is None:
         return Candidate(entry.key, entry.etag, entry.size, 0, 0)
     target = key.target_key()
@@ -46,7 +46,7 @@ def msg_candidate(entry: Entry, name: str) -> Candidate:
         key.group,
         key.count,
         key.origin,
-        target=entry.key[: len(entry.key) - len(name)] + target.name() if target else None,
+        target=keys.msg_key(target) if target else None,
     )
 
 

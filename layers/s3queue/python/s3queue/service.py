@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from s3queue import metric_names
-from s3queue.clock import Clock
+from s3queue.clock import Clock, ms
 from s3queue.coordinator import Coordinator, TickResult
 from s3queue.errors import AccessDenied, BucketNotFound, StorageError
 
@@ -190,7 +190,7 @@ class _Run:
             self.gauges.idle(slot.coordinator)
         now = self.clock.now_ms()
         quiet_since = self._quiet(slot, now)
-        if slot.coordinator.lease.leading and now - quiet_since >= _ms(self.settings.release_after):
+        if slot.coordinator.lease.leading and now - quiet_since >= ms(self.settings.release_after):
             slot.coordinator.release()  # idle for long: let whoever comes next take over at once
         return False
 
@@ -201,7 +201,7 @@ class _Run:
         if self.on_tick is not None:
             self.on_tick(slot.queue, result)
         if not result.leader:
-            slot.due_ms = now + _ms(self.settings.follow_interval)
+            slot.due_ms = now + ms(self.settings.follow_interval)
             slot.quiet_since_ms = slot.quiet_since_ms or now
             return
         self.result.led.add(slot.queue)
@@ -218,7 +218,7 @@ class _Run:
             slot.mode = "probe"
 
     def _busy(self, slot: _Slot, now: int) -> None:
-        slot.due_ms = now + _ms(self.settings.busy_interval)
+        slot.due_ms = now + ms(self.settings.busy_interval)
         slot.backoff, slot.quiet_since_ms = 0.0, None
 
     def _quiet(self, slot: _Slot, now: int) -> int:
@@ -228,7 +228,7 @@ class _Run:
         """
         s = self.settings
         slot.backoff = min(s.max_idle_interval, slot.backoff * 2 or s.idle_interval)
-        slot.due_ms = now + _ms(slot.backoff)
+        slot.due_ms = now + ms(slot.backoff)
         slot.quiet_since_ms = slot.quiet_since_ms or now
         return slot.quiet_since_ms
 
@@ -270,7 +270,7 @@ def serve(
     if not run.slots:
         run.result.reason = "idle"
         return run.result
-    reserve, first = _ms(s.reserve), True
+    reserve, first = ms(s.reserve), True
     try:
         while True:
             if stop is not None and stop.is_set():
@@ -283,7 +283,7 @@ def serve(
             if first and run.last_error is not None and run.result.errors == len(run.slots):
                 raise run.last_error  # no queue answered at all: fail loudly (alarms see it)
             if s.linger is not None and (
-                (first and run.all_probing()) or run.quiet_for_ms() >= _ms(s.linger)
+                (first and run.all_probing()) or run.quiet_for_ms() >= ms(s.linger)
             ):
                 run.result.reason = "idle"
                 break
@@ -293,7 +293,3 @@ def serve(
     finally:
         run.release()
     return run.result
-
-
-def _ms(seconds: float) -> int:
-    return round(seconds * 1000)

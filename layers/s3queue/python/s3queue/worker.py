@@ -8,32 +8,36 @@
 Every write to the ticket is a CAS on the ETag of the previous one, so once the coordinator
 reaps an expired claim (a new generation), the old holder's next heartbeat or commit fails
 with `LeaseLost` and nothing it did after the last successful heartbeat counts.
+
+This module is the ticket flow: the fencing check, the claim, the walk over the ticket's
+messages (which may start, which are released), the commit and the apply. The claimed
+ticket's writes and heartbeat are claim.py's; running one message and judging its outcome,
+handle.py's.
 """
 
 from __future__ import annotations
 
-import json
 import random
-import threading
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from s3queue.apply import Loaded, apply_ticket, load_ref
-from s3queue.backoff import compute_backoff
+from s3queue.claim import Beating, Claim
 from s3queue.clock import Clock, SystemClock
 from s3queue.config import CoordinatorSettings, QueueSettings
-from s3queue.errors import Conflict, LeaseLost, MalformedMessage, PermanentError, StorageError
+from s3queue.errors import LeaseLost
 from s3queue.events import Emitter, Listener
 from s3queue.guard import Guard
+from s3queue.handle import Handler, Runner
 from s3queue.keys import QueueKeys, check_queue_name
 from s3queue.lease import read_lease
-from s3queue.model import Message, Outcome, OutcomeKind, Record, Ref, Ticket, to_datetime
-from s3queue.storage.base import Storage, new_token
+from s3queue.model import Outcome, OutcomeKind, Record, Ref, Ticket
+from s3queue.storage.base import Storage
 
-Handler = Callable[[Message], object]
+__all__ = ["Handler", "Status", "WorkResult", "Worker"]
+
 Status = Literal["committed", "applied", "rejected", "deferred", "busy", "lost", "gone"]
 
 
@@ -49,49 +53,6 @@ class WorkResult:
         return sum(1 for o in self.outcomes if o.kind == kind)
 
 
-class _Claim:
-    """A claimed ticket: serialises CAS writes from the handler thread and the heartbeat."""
-
-    def __init__(self, worker: Worker, key: str, ticket: Ticket, etag: str) -> None:
-        self.worker, self.key, self.ticket, self.etag = worker, key, ticket, etag
-        self.lock = threading.Lock()
-        self.lost = False
-        self.next_beat_ms = 0
-        self.loaded: dict[str, Loaded | None] = {}
-
-    def write(self, *, lease: bool = True) -> None:
-        """CAS the ticket as it now is; LeaseLost if someone else changed it."""
-        with self.lock:
-            if self.lost:
-                raise LeaseLost(self.key)
-            now = self.worker.clock.now_ms()
-            if lease:
-                self.ticket.lease_until_ms = now + self.worker.visibility_ms
-            token = new_token()
-            try:
-                self.etag = self.worker.storage.put(
-                    self.key, self.ticket.encode(token), if_match=self.etag, token=token
-                )
-            except Conflict as exc:
-                self.lost = True
-                raise LeaseLost(self.key) from exc
-            self.next_beat_ms = now + self.worker.visibility_ms // 3
-
-    def beat(self) -> None:
-        self.write()
-        self.worker.emit(
-            "heartbeat",
-            self.worker.clock.now_ms(),
-            ticket=self.key,
-            finished=len(self.ticket.outcomes),
-        )
-
-    def record(self, outcome: Outcome) -> None:
-        """Add an outcome; the next heartbeat (due before the next start) or the commit saves it."""
-        with self.lock:
-            self.ticket.outcomes.append(outcome)
-
-
 class Worker:
     """Processes tickets of one queue with one handler callable."""
 
@@ -102,6 +63,7 @@ class Worker:
         *,
         prefix: str = "s3queue",
         settings: QueueSettings | None = None,
+        # Unused: callers hand both roles the same settings, and a worker needs none of them.
         coordination: CoordinatorSettings | None = None,
         clock: Clock | None = None,
         rng: random.Random | None = None,
@@ -113,7 +75,6 @@ class Worker:
         self.storage = storage
         self.keys = QueueKeys(prefix, check_queue_name(queue))
         self.settings = settings or QueueSettings()
-        self.skew_ms = round((coordination or CoordinatorSettings()).skew_tolerance * 1000)
         self.clock = clock or SystemClock()
         self.rng = rng or random.Random()
         self.owner = owner or uuid.uuid4().hex[:12]
@@ -123,6 +84,9 @@ class Worker:
         # release every message, every time, and the queue would never move.
         self.time_margin_ms = min(round(time_margin * 1000), round(self.settings.timeout * 250))
         self.heartbeat_thread = heartbeat_thread
+        self.runner = Runner(
+            storage, self.keys, self.settings, clock=self.clock, rng=self.rng, emit=self.emit
+        )
 
     def process(
         self,
@@ -137,18 +101,31 @@ class Worker:
         if found is None:
             return WorkResult(key, "gone")
         ticket, etag = found
-        lease = read_lease(self.storage, self.keys.lease)
-        verdict = lease.accepts(ticket.epoch, ticket.seq) if lease else False
-        if not verdict:
-            status: Status = "deferred" if verdict is None else "rejected"
-            self.emit("reject", self.clock.now_ms(), ticket=key, status=status)
-            return WorkResult(key, status)
+        refused = self._fenced(key, ticket)
+        if refused is not None:
+            return refused
         claim = self._claim(key, ticket, etag, remaining_ms)
         if isinstance(claim, WorkResult):
             return claim
-        guard = Guard(handler, remaining_ms, self.settings.timeout)
+        return self._work(claim, Guard(handler, remaining_ms, self.settings.timeout), remaining_ms)
+
+    def _fenced(self, key: str, ticket: Ticket) -> WorkResult | None:
+        """Refuse a ticket the lease does not accept: fenced, or not yet sealed (deferred)."""
+        lease = read_lease(self.storage, self.keys.lease)
+        verdict = lease.accepts(ticket.epoch, ticket.seq) if lease else False
+        if verdict:
+            return None
+        status: Status = "deferred" if verdict is None else "rejected"
+        self.emit("reject", self.clock.now_ms(), ticket=key, status=status)
+        return WorkResult(key, status)
+
+    def _work(
+        self, claim: Claim, guard: Guard, remaining_ms: Callable[[], int] | None
+    ) -> WorkResult:
+        """Run the claimed ticket's messages, commit, apply."""
+        key = claim.key
         try:
-            with self._heartbeat(claim):
+            with Beating(claim, self.heartbeat_thread):
                 self._run(claim, guard, remaining_ms)
             claim.ticket.state = "committed"
             claim.ticket.committed_ms = self.clock.now_ms()
@@ -176,7 +153,7 @@ class Worker:
 
     def _claim(
         self, key: str, ticket: Ticket, etag: str, remaining_ms: Callable[[], int] | None
-    ) -> _Claim | WorkResult:
+    ) -> Claim | WorkResult:
         preloaded: dict[str, Loaded | None] = {}
         for _ in range(2):  # a second try when the ticket was reaped into a new generation
             if ticket.state == "committed":
@@ -187,7 +164,7 @@ class Worker:
                 return WorkResult(key, "busy")
             ticket.state, ticket.owner = "claimed", self.owner
             self._note_first(ticket, preloaded, remaining_ms)
-            claim = _Claim(self, key, ticket, etag)
+            claim = Claim(self, key, ticket, etag)
             claim.loaded.update(preloaded)
             try:
                 claim.write()
@@ -231,7 +208,7 @@ class Worker:
             ticket.running, ticket.running_index = ref.key, 0
             ticket.running_id = first.records[0].id
 
-    def _loader(self, claim: _Claim | None) -> Callable[[Ref], Loaded | None]:
+    def _loader(self, claim: Claim | None) -> Callable[[Ref], Loaded | None]:
         cache: dict[str, Loaded | None] = claim.loaded if claim else {}
 
         def load(ref: Ref) -> Loaded | None:
@@ -241,25 +218,7 @@ class Worker:
 
         return load
 
-    @staticmethod
-    def _heartbeat_loop(claim: _Claim, stop: threading.Event, interval: float) -> None:
-        while not stop.wait(interval):
-            try:
-                claim.beat()
-            except LeaseLost:
-                return
-            except StorageError as exc:  # S3 trouble: try again next beat
-                claim.worker.emit(
-                    "heartbeat_failed",
-                    claim.worker.clock.now_ms(),
-                    ticket=claim.key,
-                    error=str(exc),
-                )
-
-    def _heartbeat(self, claim: _Claim) -> _Beating:
-        return _Beating(claim, self.heartbeat_thread)
-
-    def _run(self, claim: _Claim, guard: Guard, remaining_ms: Callable[[], int] | None) -> None:
+    def _run(self, claim: Claim, guard: Guard, remaining_ms: Callable[[], int] | None) -> None:
         loaded = claim.loaded
         recorded = {(o.ref, o.id): o.kind for o in claim.ticket.outcomes}
         failed_groups: set[str] = set()
@@ -278,7 +237,8 @@ class Worker:
                 self._release(claim, ref, record, "earlier message of its group failed")
                 continue
             self._before_start(claim, ref, index, record)
-            outcome = self._handle(guard, ref, index, record, error, claim.ticket.generation > 0)
+            redelivered = claim.ticket.generation > 0
+            outcome = self.runner.handle(guard, ref, index, record, error, redelivered)
             if outcome.kind == "retry" and record.group is not None:
                 failed_groups.add(record.group)
             claim.record(outcome)
@@ -291,7 +251,7 @@ class Worker:
             return "time short"
         return None
 
-    def _before_start(self, claim: _Claim, ref: Ref, index: int, record: Record) -> None:
+    def _before_start(self, claim: Claim, ref: Ref, index: int, record: Record) -> None:
         """Never start a handler on a lapsed lease: renew first if a heartbeat is overdue (a
         worker that was frozen finds out here that it was reaped); that heartbeat saves the
         outcomes so far and notes which message starts, so a lease expiry counts a delivery
@@ -305,7 +265,7 @@ class Worker:
             claim.beat()
 
     def _messages(
-        self, claim: _Claim, loaded: dict[str, Loaded | None]
+        self, claim: Claim, loaded: dict[str, Loaded | None]
     ) -> Iterator[tuple[Ref, int, Record, str | None]]:
         for ref in claim.ticket.refs:
             if ref.key in loaded:
@@ -318,129 +278,8 @@ class Worker:
             for index, record in enumerate(result.records):
                 yield ref, index, record, result.error
 
-    def _release(self, claim: _Claim, ref: Ref, record: Record, why: str) -> None:
+    def _release(self, claim: Claim, ref: Ref, record: Record, why: str) -> None:
         now = self.clock.now_ms()
         self.emit("release", now, ticket=claim.key, message_id=record.id, reason=why)
         with claim.lock:
             claim.ticket.outcomes.append(Outcome(ref.key, record.id, "release", now, why))
-
-    def _handle(
-        self,
-        handler: Handler,
-        ref: Ref,
-        index: int,
-        record: Record,
-        error: str | None,
-        redelivered: bool,
-    ) -> Outcome:
-        attempt = record.attempt + ref.counted(index)
-        now = self.clock.now_ms()
-        if error is not None:
-            return self._outcome(ref, record, "dead", f"MalformedMessage: {error}", attempt)
-        if attempt > self.settings.max_retries + 1:
-            expired = ref.counted(index)
-            why = (
-                f"delivered {attempt - 1} times (its handler started each time; the lease "
-                f"expired {expired} of them while it ran)"
-            )
-            return self._outcome(ref, record, "dead", why, attempt)
-        if record.dedup and self._already_done(record.id):
-            # Put again by a repeated enqueue after it was handled: retire it, run nothing.
-            self.emit("skip", now, message_id=record.id, reason="explicit id already handled")
-            return Outcome(ref.key, record.id, "skip", now, None, 0, attempt)
-        message = Message(
-            record.id,
-            record.body,
-            attempt,
-            to_datetime(record.enqueued_ms),
-            record.group,
-            self.keys.queue,
-            f"{self.keys.queue}:{record.id}",
-            redelivered or record.redelivered,
-        )
-        self.emit(
-            "handler_start",
-            now,
-            message_id=record.id,
-            attempt=attempt,
-            ref=ref.key,
-            redelivered=message.redelivered,
-        )
-        started = time.perf_counter()
-        try:
-            handler(message)
-        except PermanentError as exc:
-            return self._outcome(ref, record, "dead", _describe(exc), attempt, started)
-        except Exception as exc:  # noqa: BLE001 - any handler failure is a retry, never a crash
-            kind: OutcomeKind = "dead" if attempt > self.settings.max_retries else "retry"
-            return self._outcome(ref, record, kind, _describe(exc), attempt, started)
-        return self._outcome(ref, record, "done", None, attempt, started)
-
-    def _outcome(
-        self,
-        ref: Ref,
-        record: Record,
-        kind: OutcomeKind,
-        error: str | None,
-        attempt: int,
-        started: float | None = None,
-    ) -> Outcome:
-        now = self.clock.now_ms()
-        delay = 0
-        if kind == "retry":
-            s = self.settings
-            delay = round(compute_backoff(attempt, s.backoff_base, s.backoff_cap, self.rng) * 1000)
-        fields: dict[str, Any] = {"message_id": record.id, "attempt": attempt, "outcome": kind}
-        if started is not None:
-            fields["duration_ms"] = round((time.perf_counter() - started) * 1000, 3)
-        if error is not None:
-            fields["error"] = error
-        self.emit("handler_finish", now, delay_ms=delay, **fields)
-        return Outcome(ref.key, record.id, kind, now, error, delay, attempt)
-
-    def _already_done(self, message_id: str) -> bool:
-        obj = self.storage.get(self.keys.marker(message_id))
-        if obj is None:
-            return False
-        try:
-            return bool(_json_state(obj.body) == "done")
-        except MalformedMessage:
-            return False
-
-
-class _Beating:
-    """Context manager running the heartbeat thread while handlers run (when enabled)."""
-
-    def __init__(self, claim: _Claim, enabled: bool) -> None:
-        self.claim, self.enabled = claim, enabled
-        self.stop = threading.Event()
-        self.thread: threading.Thread | None = None
-
-    def __enter__(self) -> _Beating:
-        if self.enabled:
-            interval = self.claim.worker.visibility_ms / 3000
-            self.thread = threading.Thread(
-                target=Worker._heartbeat_loop,
-                args=(self.claim, self.stop, interval),
-                name=f"heartbeat-{self.claim.key}",
-                daemon=True,
-            )
-            self.thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop.set()
-        if self.thread is not None:
-            self.thread.join()
-
-
-def _describe(exc: BaseException) -> str:
-    text = f"{type(exc).__name__}: {exc}"
-    return text if len(text) <= 2000 else text[:2000] + "..."
-
-
-def _json_state(body: bytes) -> Any:
-    try:
-        return json.loads(body).get("state")
-    except (ValueError, AttributeError) as exc:
-        raise MalformedMessage("undecodable marker") from exc
