@@ -15,7 +15,7 @@ connections. Retrying a conditional write is safe because each write carries its
 
 A create (`If-None-Match: *`) needs more: a resend after its object was consumed and deleted
 would create the message again. So the SDK never resends one of our creates
-(`_no_blind_resend`), and after a failure that may have applied, `put` asks first (HEAD, at
+(`sending.no_blind_resend`), and after a failure that may have applied, `put` asks first (HEAD, at
 once, before any backoff) and resends only if the object is not there:
 
     producer                      S3                          workers
@@ -25,10 +25,14 @@ once, before any backoff) and resends only if the object is not there:
                                                                  be created again)
 
 Listing. `list` gives AWS semantics on servers that walk keys as folders (SeaweedFS): a
-``start_after`` equal to a folder's name no longer skips that folder (see `_just_below`). Such
-a server still orders a folder before a sibling that extends its name with a character below
+``start_after`` equal to a folder's name no longer skips that folder (`sending.just_below`).
+Such a server still orders a folder before a sibling that extends its name with a character below
 ``/`` (``a/x`` before ``a-b``, where AWS has ``a-b`` first; a queue's own keys never do): that
 order is kept, so a walk from each page's last key still sees every key once.
+
+Over ~300 lines by choice: this is the one module that talks to boto3 (the `Storage` methods,
+the retry loop and its recheck, error translation, client construction); what needs no boto3
+lives in `sending.py` (what we send) and `responses.py` (what S3 answers).
 """
 
 from __future__ import annotations
@@ -76,13 +80,13 @@ from s3queue.storage.responses import classify
 from s3queue.storage.responses import etag as _etag
 from s3queue.storage.responses import ms as _ms
 from s3queue.storage.responses import unquote as _unquote
+from s3queue.storage.sending import TOKEN_METADATA, just_below, no_blind_resend, not_after
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 Sleep = Callable[[float], None]
 
-TOKEN_METADATA = "s3q-token"
 MAX_KEYS = 1000
 
 _CREDENTIAL_ERRORS = (NoCredentialsError, PartialCredentialsError, CredentialRetrievalError)
@@ -115,7 +119,7 @@ class S3Storage:
         self._sleep = sleep
         self._rng = rng or random.Random()
         client.meta.events.register_first(
-            "needs-retry.s3.PutObject", _no_blind_resend, unique_id="s3queue-create-once"
+            "needs-retry.s3.PutObject", no_blind_resend, unique_id="s3queue-create-once"
         )
 
     def get(self, key: str) -> Object | None:
@@ -213,10 +217,10 @@ class S3Storage:
 
     def list(self, prefix: str, *, start_after: str | None = None, limit: int = 1000) -> Page:
         """AWS semantics on every server: the keys after `start_after` as strings, even where
-        it names a folder (see `_just_below`)."""
+        it names a folder (see `sending.just_below`)."""
         limit = min(limit, MAX_KEYS)
         params: dict[str, Any] = {"Prefix": prefix, "MaxKeys": limit}
-        sent = _just_below(start_after) if start_after else None
+        sent = just_below(start_after) if start_after else None
         if sent is not None:
             params["StartAfter"] = sent
         lower = sent is not None and sent != start_after
@@ -226,7 +230,7 @@ class S3Storage:
         entries = [
             Entry(item["Key"], _unquote(item["ETag"]), item["Size"], _ms(item["LastModified"]))
             for item in response.get("Contents", [])
-            if not (lower and _not_after(item["Key"], str(start_after), str(sent)))
+            if not (lower and not_after(item["Key"], str(start_after), str(sent)))
         ]
         truncated = bool(response.get("IsTruncated")) or len(entries) > limit
         return Page(entries[:limit], truncated=truncated)
@@ -307,43 +311,6 @@ def _from_client_error(exc: ClientError, where: str, bucket: str) -> tuple[S3Que
     status = int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode") or 0)
     message = str(error.get("Message", "")).replace("\n", " ")
     return classify(str(error.get("Code", "")), status, message, where, bucket)
-
-
-def _no_blind_resend(request_dict: dict[str, Any] | None = None, **_: Any) -> bool | None:
-    """botocore's retry hook: False (never resend) for our creates, which `put` retries itself
-    once it has checked that the first attempt did not apply; None (no opinion) otherwise."""
-    headers = (request_dict or {}).get("headers", {})
-    if headers.get("If-None-Match") == "*" and f"x-amz-meta-{TOKEN_METADATA}" in headers:
-        return False
-    return None
-
-
-def _just_below(start_after: str) -> str:
-    """A StartAfter that lists what `start_after` does on AWS, plus that key, on any server.
-
-    SeaweedFS walks keys as a folder tree: ``StartAfter="q/inbox"`` skips the whole folder
-    ``q/inbox/`` there, where AWS compares strings and lists ``q/inbox/a.json`` (it sorts after
-    ``q/inbox``). So the last character steps down by one and the highest code point follows
-    (``q/inbow`` + U+10FFFF): that sorts just before ``q/inbox`` on every server, names no
-    folder, and only ``start_after`` itself (or keys beginning with the odd value sent) can lie
-    between them, which `S3Storage.list` drops. A value ending in ``/`` is a folder's inside,
-    which every server lists: it is sent as it is.
-    """
-    last = ord(start_after[-1])
-    if start_after.endswith("/") or last == 0:
-        return start_after
-    step = 0xD7FF if last == 0xE000 else last - 1  # never a surrogate
-    return start_after[:-1] + chr(step) + _HIGHEST
-
-
-_HIGHEST = "\U0010ffff"
-
-
-def _not_after(key: str, start_after: str, sent: str) -> bool:
-    """A key listed from `sent` that the caller's `start_after` excludes: that key itself, or
-    one beginning with `sent` (between the two on AWS). Any other key is the server's own
-    next one, even where a folder-walking server orders it unlike AWS (``a/x``, ``a-b``)."""
-    return key == start_after or key.startswith(sent)
 
 
 def make_client(
