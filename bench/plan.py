@@ -41,7 +41,7 @@ class Plan:
     # cold start
     import_runs: int = 5
     # pool (several runtime processes on one queue)
-    pool_messages: int = 600
+    pool_messages: int = 1_200
     pool_processes: tuple[int, ...] = (1, 2, 3)
     pool_threads: int = 4
     failover_rounds: int = 3
@@ -63,6 +63,9 @@ QUICK = replace(
     scale_backlogs=(1_000, 10_000),
     scale_rounds=3,
     import_runs=3,
+    pool_messages=400,
+    failover_rounds=2,
+    idle_worker_seconds=10.0,
 )
 SMOKE = replace(
     QUICK,

@@ -42,7 +42,7 @@ WAIT = 120.0
 HANDLER = """
 import time
 
-SETTINGS = {"batch_size": 2, "max_in_flight_tickets": 64, "visibility_timeout": 10}
+SETTINGS = {"batch_size": 10, "max_in_flight_tickets": 64, "visibility_timeout": 10}
 
 
 def handle(message):
