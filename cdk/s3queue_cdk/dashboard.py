@@ -27,17 +27,17 @@ def queue_search(name: str, statistic: str) -> cw.MathExpression:
     dims = f"{metric_names.DIMENSION_QUEUE},{metric_names.DIMENSION_SERVICE}"
     service = f'{metric_names.DIMENSION_SERVICE}="{metric_names.SERVICE}"'
     query = f'{{{metric_names.NAMESPACE},{dims}}} MetricName="{name}" {service}'
-    return cw.MathExpression(
-        expression=f"SEARCH('{query}', '{statistic}', {int(PERIOD.to_seconds())})",
-        using_metrics={},
-        period=PERIOD,
-        label="",
-    )
+    return _search(query, statistic)
 
 
 def workers_search(stack_name: str, name: str, statistic: str) -> cw.MathExpression:
     """Lambda's `name` for every worker of the stack (their names start with the stack's)."""
     query = f'{{{LAMBDA_NAMESPACE},FunctionName}} MetricName="{name}" FunctionName={stack_name}'
+    return _search(query, statistic)
+
+
+def _search(query: str, statistic: str) -> cw.MathExpression:
+    """A SEARCH expression over the dashboard's period: a line per metric it finds."""
     return cw.MathExpression(
         expression=f"SEARCH('{query}', '{statistic}', {int(PERIOD.to_seconds())})",
         using_metrics={},

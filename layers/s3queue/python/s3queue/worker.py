@@ -199,24 +199,20 @@ class Worker:
         if remaining_ms is not None and remaining_ms() < self.time_margin_ms:
             return  # it will be released, not started
         ref = ticket.refs[0]
-        if ref.key not in preloaded:
-            preloaded[ref.key] = load_ref(
-                self.storage, self.keys, ref, self.settings.max_message_bytes
-            )
-        first = preloaded[ref.key]
+        first = self._load(ref, preloaded)
         if first is not None and first.records and first.error is None:
             ticket.running, ticket.running_index = ref.key, 0
             ticket.running_id = first.records[0].id
 
+    def _load(self, ref: Ref, cache: dict[str, Loaded | None]) -> Loaded | None:
+        """`ref`'s object, read once per claim: the cache holds what was read before."""
+        if ref.key not in cache:
+            cache[ref.key] = load_ref(self.storage, self.keys, ref, self.settings.max_message_bytes)
+        return cache[ref.key]
+
     def _loader(self, claim: Claim | None) -> Callable[[Ref], Loaded | None]:
         cache: dict[str, Loaded | None] = claim.loaded if claim else {}
-
-        def load(ref: Ref) -> Loaded | None:
-            if ref.key in cache:
-                return cache[ref.key]
-            return load_ref(self.storage, self.keys, ref, self.settings.max_message_bytes)
-
-        return load
+        return lambda ref: self._load(ref, cache)
 
     def _run(self, claim: Claim, guard: Guard, remaining_ms: Callable[[], int] | None) -> None:
         loaded = claim.loaded
@@ -268,11 +264,7 @@ class Worker:
         self, claim: Claim, loaded: dict[str, Loaded | None]
     ) -> Iterator[tuple[Ref, int, Record, str | None]]:
         for ref in claim.ticket.refs:
-            if ref.key in loaded:
-                result = loaded[ref.key]  # read before the claim (_note_first)
-            else:
-                result = load_ref(self.storage, self.keys, ref, self.settings.max_message_bytes)
-                loaded[ref.key] = result
+            result = self._load(ref, loaded)  # the first may have been read before the claim
             if result is None:
                 continue
             for index, record in enumerate(result.records):

@@ -15,6 +15,7 @@ from dataclasses import replace
 from pathlib import Path
 from types import FrameType
 
+from s3queue.config import CoordinatorSettings
 from s3queue.discovery import discover_handlers
 from s3queue.local.console import Connection, ProgressLine, UsageError, print_summary
 from s3queue.local.monitor import retry_unreachable
@@ -77,16 +78,17 @@ def cmd_dev(args: argparse.Namespace, *, coordinate: bool = True) -> int:
             overrides=values,
             progress=line.update,
             stop=stop,
-            coordination=replace(
-                LOCAL_COORDINATION,
-                lease_ttl=getattr(args, "lease_ttl", LOCAL_COORDINATION.lease_ttl),
-                skew_tolerance=getattr(args, "skew_tolerance", LOCAL_COORDINATION.skew_tolerance),
-            ),
+            coordination=_coordination(args) if coordinate else LOCAL_COORDINATION,
             coordinate=coordinate,
         )
         line.close()
         print_summary(summary, sys.stdout)
     return INTERRUPTED if interrupted.is_set() else 0
+
+
+def _coordination(args: argparse.Namespace) -> CoordinatorSettings:
+    """The local lease settings with `dev`'s --lease-ttl and --skew-tolerance."""
+    return replace(LOCAL_COORDINATION, lease_ttl=args.lease_ttl, skew_tolerance=args.skew_tolerance)
 
 
 def _connect(

@@ -44,8 +44,6 @@ class PullLoop:
             name: Puller(storage, QueueKeys(prefix, name)) for name in queues
         }
         self.pool, self.stop, self.idle = pool, stop, idle
-        self.polls = 0
-        self.pulled = 0
         self._turn = 0
 
     def run(self) -> None:
@@ -70,7 +68,5 @@ class PullLoop:
             except StorageError as exc:  # S3 trouble: the next poll tries again
                 log.warning("queue %s: pulling tickets failed: %s", name, exc)
                 continue
-            self.polls += 1
             taken += sum(1 for payload in payloads if self.pool.offer(payload))
-        self.pulled += taken
         return taken
