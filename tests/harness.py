@@ -145,6 +145,7 @@ class CountingStorage:
         "delete": "DELETE",
         "delete_many": "DELETE",
         "list": "LIST",
+        "list_folders": "LIST",
     }
 
     def __init__(self, inner: Storage) -> None:

@@ -20,8 +20,10 @@ from s3queue.storage import MemoryStorage, Storage
 from s3queue.storage.s3 import S3Storage
 
 N = 100
-SINGLE = {"PUT": 131, "GET": 111, "LIST": 6, "DELETE": 20, "HEAD": 0}
-PACKED = {"PUT": 5, "GET": 3, "LIST": 6, "DELETE": 2, "HEAD": 0}
+SINGLE = {"PUT": 131, "GET": 111, "LIST": 7, "DELETE": 20, "HEAD": 0}
+PACKED = {"PUT": 5, "GET": 3, "LIST": 7, "DELETE": 2, "HEAD": 0}
+# LIST: the first tick lists the partition folders (``parts/``) once; the clock stands still,
+# so the drain's other ticks are within `discover_interval` of it.
 
 
 def drain_costs(
@@ -73,5 +75,5 @@ def test_requests_per_message_on_s3(
 
 
 def test_budget_targets() -> None:
-    assert sum(SINGLE.values()) / N <= 3.0  # 2.68 requests per message
-    assert sum(PACKED.values()) / N <= 0.2  # 0.16 requests per message
+    assert sum(SINGLE.values()) / N <= 3.0  # 2.69 requests per message
+    assert sum(PACKED.values()) / N <= 0.2  # 0.17 requests per message

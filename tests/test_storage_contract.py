@@ -6,7 +6,7 @@ import time
 
 import pytest
 from s3queue.errors import Conflict
-from s3queue.storage import Head, Storage, new_token
+from s3queue.storage import Head, Storage, new_token, s3
 
 
 def now_ms() -> int:
@@ -242,6 +242,27 @@ class TestList:
             storage.put(key, b"x")
         assert [e.key for e in storage.list("q/inbox/").entries] == sorted(keys)
         assert all(storage.get(key) is not None for key in keys)
+
+
+class TestListFolders:
+    def test_lists_each_folder_once_in_order_without_the_loose_keys(self, storage: Storage) -> None:
+        for key in ("q/parts/b/1", "q/parts/b/2", "q/parts/a-b/1", "q/parts/a/x/deep", "q/parts/z"):
+            storage.put(key, b"x")
+        storage.put("q/partsy/c/1", b"x")  # a string prefix, not a folder: not listed
+        assert storage.list_folders("q/parts/") == ("q/parts/a-b/", "q/parts/a/", "q/parts/b/")
+
+    def test_nothing_there_is_no_folders(self, storage: Storage) -> None:
+        assert storage.list_folders("q/parts/") == ()
+
+    def test_pages_through_many_folders(
+        self, storage: Storage, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        monkeypatch.setattr(s3, "FOLDER_PAGE", 2)  # S3Storage pages by 2: three pages here
+        for i in range(5):
+            storage.put(f"q/parts/{i}/1", b"x")
+            storage.put(f"q/parts/{i}/2", b"x")
+        folders = storage.list_folders("q/parts/")
+        assert folders == tuple(f"q/parts/{i}/" for i in range(5))
 
 
 class TestStartAfterAFolderName:

@@ -229,7 +229,9 @@ def producer(
         )
         sender = workload.Producer(queue, world.history, expected, actor.rng)
         if mix.malformed:
-            sender.put_malformed(world.settings.max_message_bytes)
+            sender.put_malformed(
+                world.settings.max_message_bytes, partitioned=mix.partitions != (None,)
+            )
         batches = [specs[i : i + 12] for i in range(0, len(specs), 12)]
         for batch in batches:
             sender.send(batch, mix)

@@ -26,6 +26,7 @@ Invariants (the ``invariant`` name of a `Violation`):
     early_retry             a retry ran before its backoff delay
     backoff_bounds          a backoff delay outside [0, min(cap, base * 2^(attempt-1))]
     fifo                    a group ran out of enqueue order, or had two messages in flight at once
+    partition               a handler saw another partition than its message was enqueued into
 """
 
 from __future__ import annotations
@@ -52,6 +53,8 @@ def check(entries: list[Entry], final: FinalState, expect: Expect) -> Report:
     _check_leases(t, expect, report)
     _check_dead_letters(t, final, expect, report)
     fifo.check(t, report)
+    for e in t.wrong_partitions:
+        report.add("partition", str(e["id"]), f"sent to {e['sent']!r}, ran as {e['got']!r}")
     _count(t, final, report)
     return report
 

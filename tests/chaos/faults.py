@@ -286,3 +286,7 @@ class StorageFaults:
     def list(self, prefix: str, *, start_after: str | None = None, limit: int = 1000) -> Page:
         self._fault("ListObjectsV2", prefix, write=False, conditional=False)
         return self.inner.list(prefix, start_after=start_after, limit=limit)
+
+    def list_folders(self, prefix: str) -> tuple[str, ...]:
+        self._fault("ListObjectsV2", prefix, write=False, conditional=False)
+        return self.inner.list_folders(prefix)

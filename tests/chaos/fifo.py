@@ -51,8 +51,12 @@ def check(t: Timeline, report: Report) -> None:
 
 
 def group_of_key(key: str) -> str | None:
+    """A message key's group, named with its partition (a group lives inside one)."""
     parsed = parse_msg_name(key.rsplit("/", 1)[-1])
-    return parsed.group if parsed is not None else None
+    if parsed is None or parsed.group is None:
+        return None
+    _, parts, rest = key.partition("/parts/")
+    return f"{rest.split('/', 1)[0]}:{parsed.group}" if parts else parsed.group
 
 
 def _order(t: Timeline, report: Report) -> Order:

@@ -136,8 +136,9 @@ def snapshot(storage: Storage, keys: QueueKeys) -> FinalState:
     for entry in iter_keys(storage, keys.inbox):
         name = entry.key[len(keys.root) :]
         final.pending.append(Pending(foreign_id(name), entry.key, 1))
-    for entry in iter_keys(storage, keys.msg):
-        final.pending.extend(_pending(storage, keys, entry.key))
+    for folder in (keys.msg, keys.parts):
+        for entry in iter_keys(storage, folder):
+            final.pending.extend(_pending(storage, keys, entry.key))
     for entry in iter_keys(storage, keys.dlq):
         obj = storage.get(entry.key)
         if obj is not None and obj.body:  # an empty one: a redriven letter's marker
@@ -161,7 +162,11 @@ def live_work(storage: Storage, keys: QueueKeys) -> bool:
     """Whether the queue holds a message or a ticket (a few LISTs)."""
     if storage.list(keys.tickets, limit=1).entries or storage.list(keys.inbox, limit=1).entries:
         return True
-    return any(not is_tombstone(e.key, e.size) for e in iter_keys(storage, keys.msg))
+    return any(
+        not is_tombstone(e.key, e.size)
+        for folder in (keys.msg, keys.parts)
+        for e in iter_keys(storage, folder)
+    )
 
 
 def _pending(storage: Storage, keys: QueueKeys, key: str) -> list[Pending]:
@@ -169,7 +174,7 @@ def _pending(storage: Storage, keys: QueueKeys, key: str) -> list[Pending]:
     if obj is None or is_tombstone(key, len(obj.body)):
         return []
     name = key[len(keys.root) :]
-    parsed = parse_msg_name(name[4:])
+    parsed = parse_msg_name(name.rsplit("/", 1)[-1])
     if parsed is None:
         return [Pending(foreign_id(name), key, 1)]
     if parsed.target is not None:
@@ -258,3 +263,6 @@ class Oracle:
 
     def list(self, prefix: str, *, start_after: str | None = None, limit: int = 1000) -> Page:
         return self.inner.list(prefix, start_after=start_after, limit=limit)
+
+    def list_folders(self, prefix: str) -> tuple[str, ...]:
+        return self.inner.list_folders(prefix)

@@ -164,6 +164,12 @@ class ProcessStorage:
         result: Page = self._call("list", prefix, run)
         return result
 
+    def list_folders(self, prefix: str) -> tuple[str, ...]:
+        result: tuple[str, ...] = self._call(
+            "list", prefix, lambda: self.inner.list_folders(prefix)
+        )
+        return result
+
 
 def _ticket_fields(key: str, body: bytes) -> dict[str, Any]:
     """What a ticket write that reached S3 just before the crash said (a commit, maybe)."""

@@ -50,11 +50,13 @@ class Story:
             self.add("enqueue", "producer", message_id=message_id, key=key(message_id))
         return self
 
-    def enqueue_grouped(self, group: str, *ids: str, producer: str = "producer") -> Story:
+    def enqueue_grouped(
+        self, group: str, *ids: str, producer: str = "producer", folder: str = "msg/"
+    ) -> Story:
         """Each message keyed at the reference clock, as a library producer would."""
         for message_id in ids:
             name = f"{1_700_000_000_000 + self.now:013d}-{message_id}~g{encode_group(group)}"
-            self.add("enqueue", producer, message_id=message_id, key=f"{ROOT}msg/{name}")
+            self.add("enqueue", producer, message_id=message_id, key=f"{ROOT}{folder}{name}")
         return self
 
     def dispatch(self, n: int, *ids: str) -> Story:
@@ -184,6 +186,19 @@ def _fifo_redelivery_forgets_the_failure() -> Story:
     return s.commit(11, "w1", ("a", "done"))
 
 
+def test_one_group_name_in_two_partitions_is_two_groups() -> None:
+    """x and y of a group named g, but in two partitions: running at once breaks nothing."""
+    s = good().at(100_000).enqueue_grouped("g", "x")
+    s.enqueue_grouped("g", "y", producer="p2", folder="parts/p1/")
+    s.dispatch(10, "x").dispatch(11, "y").claim(10, "w1").claim(11, "w2")
+    s.add("handler_start", "w1", message_id="x", attempt=1)
+    s.run("w2", "y", 1).commit(11, "w2", ("y", "done"))
+    s.add("handler_finish", "w1", message_id="x", attempt=1, outcome="done", duration_ms=1)
+    s.commit(10, "w1", ("x", "done"))
+    report = check(s.entries, final(), EXPECT)
+    assert report.ok and report.counts["groups"] == 2, report.summary()
+
+
 FIFO_BREAKS: dict[str, Callable[[], Story]] = {
     "overtaken": _fifo_overtaken,
     "two-in-flight": _fifo_two_in_flight,
@@ -253,6 +268,10 @@ CASES: dict[str, Mutation] = {
     "early_retry": lambda: (_early_retry(), final()),
     "backoff_bounds": lambda: (_long_backoff(), final()),
     "fifo": lambda: (_fifo_overtaken(), final()),
+    "partition": lambda: (
+        good().add("wrong_partition", "w1", id="m", sent="p1", got=None),
+        final(),
+    ),
 }
 
 

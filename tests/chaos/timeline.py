@@ -78,6 +78,8 @@ class Timeline:
     fenced: dict[str, Entry] = field(default_factory=dict)
     dispatched: dict[str, Entry] = field(default_factory=dict)
     crashes: list[Entry] = field(default_factory=list)
+    wrong_partitions: list[Entry] = field(default_factory=list)
+    """Handler runs that saw another partition than their message was enqueued into."""
     freezes: list[Entry] = field(default_factory=list)
     execs: list[Entry] = field(default_factory=list)
     troubles: list[Entry] = field(default_factory=list)
@@ -107,14 +109,14 @@ class Timeline:
 
     def ids_of_key(self, key: str) -> set[str]:
         """The message ids an object key may hold (a packed object: all of them)."""
-        parts = key.split("/")
-        if len(parts) >= 2 and parts[-2] == "inbox":
-            return {foreign_id("inbox/" + parts[-1])}
+        name = _queue_relative(key)
+        if name.startswith("inbox/"):
+            return {foreign_id(name)}
         if key in self.copies:
             return set(self.copies[key])
-        parsed = parse_msg_name(parts[-1])
+        parsed = parse_msg_name(key.rsplit("/", 1)[-1])
         if parsed is None:
-            return {foreign_id("msg/" + parts[-1])}
+            return {foreign_id(name)}
         return set(self.objects.get(parsed.id, [parsed.id]))
 
     def ticket_ids(self, ticket: str) -> set[str]:
@@ -317,6 +319,7 @@ _READERS: dict[str, Callable[[Timeline, Entry], None]] = {
     "crash": _crash,
     "freeze": lambda t, e: t.freezes.append(e),
     "exec": lambda t, e: t.execs.append(e),
+    "wrong_partition": lambda t, e: t.wrong_partitions.append(e),
     "heartbeat_failed": lambda t, e: t.troubles.append(e),
     "worker_error": lambda t, e: t.troubles.append(e),
     "commit": _commit,
@@ -329,3 +332,12 @@ _READERS: dict[str, Callable[[Timeline, Entry], None]] = {
     "applied": lambda t, e: t.applied.setdefault(e["ticket"], []).append(e),
     "copy_write": lambda t, e: t.copies.__setitem__(e["key"], list(e["ids"])),
 }
+
+
+def _queue_relative(key: str) -> str:
+    """A message key from its queue's folder on: ``inbox/...``, ``msg/...`` or ``parts/...``."""
+    for folder in ("/inbox/", "/msg/", "/parts/"):
+        at = key.find(folder)
+        if at >= 0:
+            return key[at + 1 :]
+    return key

@@ -12,10 +12,13 @@ Every body is ``{"n": <number>, "kind": <kind>, ...}``; the handler behaves by k
 
 A share of the messages, of every kind but dedup, also belongs to a FIFO group (``g1``,
 ``g2``, ..., about `Mix.group_size` messages each): a group's failures, poison, Lambda killers
-and slow ones hold up the rest of their group.
+and slow ones hold up the rest of their group. Every message goes to one of
+`Mix.partitions` (the default one, ``p1``, ``p2``), recorded in its body as ``p``: a handler
+that sees another partition records ``wrong_partition``; a group lives inside its partition.
 
 And foreign objects in the inbox: empty, binary, invalid JSON (all reach the handler as bytes),
-one larger than ``max_message_bytes`` and a garbage ``msg/`` object (both dead letters).
+one larger than ``max_message_bytes`` and a garbage ``msg/`` object (both dead letters); and
+one plain PUT into a partition's inbox folder and one into a partition's own folder.
 """
 
 from __future__ import annotations
@@ -52,6 +55,8 @@ class Mix:
     """Messages per group, on average (at least 3 groups)."""
     packed: float = 0.4
     """Share of messages sent with `enqueue_many`, in packs of 2-12."""
+    partitions: tuple[str | None, ...] = (None, "p1", "p2")
+    """The partitions messages are sent into, one drawn at random for each."""
     malformed: bool = True
     ok_ms: tuple[int, int] = (10, 400)
 
@@ -70,11 +75,13 @@ class Spec:
     kind: str
     body: dict[str, Any]
     group: str | None = None
+    partition: str | None = None
 
 
 def plan(count: int, mix: Mix, settings: QueueSettings, seed: int) -> list[Spec]:
     """`count` message specs, reproducibly."""
     rng = random.Random(f"{seed}:workload")
+    spread = random.Random(f"{seed}:partitions")
     groups = max(3, round(count * mix.grouped / max(mix.group_size, 1)))
     specs = []
     for n in range(count):
@@ -90,7 +97,13 @@ def plan(count: int, mix: Mix, settings: QueueSettings, seed: int) -> list[Spec]
         # id loses its place among enqueues of the same millisecond.
         grouped = rng.random() < mix.grouped and kind != "dedup"
         group = f"g{rng.randint(1, groups)}" if grouped else None
-        specs.append(Spec(n, kind, body, group))
+        # A group lives inside one partition; its own stream of draws keeps the rest of the
+        # plan as it was before partitions.
+        partition = mix.partitions[int(group[1:]) % len(mix.partitions)] if group else None
+        if group is None:
+            partition = spread.choice(mix.partitions)
+        body["p"] = partition
+        specs.append(Spec(n, kind, body, group, partition))
     return specs
 
 
@@ -115,14 +128,15 @@ class Producer:
         """One batch: packed if the mix says so and it can be, else one enqueue each."""
         plain = [s for s in specs if s.kind != "dedup" and s.group is None]
         if len(plain) > 1 and self.rng.random() < mix.packed:
-            self._many(plain)
+            for partition in dict.fromkeys(s.partition for s in plain):
+                self._many([s for s in plain if s.partition == partition])
             specs = [s for s in specs if s not in plain]
         for spec in specs:
             self._one(spec)
 
     def _many(self, specs: list[Spec]) -> None:
         try:
-            ids = self.queue.enqueue_many([s.body for s in specs])
+            ids = self.queue.enqueue_many([s.body for s in specs], partition=specs[0].partition)
         except S3QueueError as exc:
             self.history.record(
                 "enqueue_failed", "producer", ns=[s.n for s in specs], error=str(exc)
@@ -136,7 +150,9 @@ class Producer:
         acked = False
         for _ in range(2 if explicit else 1):  # a dedup message is sent twice
             try:
-                message_id = self.queue.enqueue(spec.body, id=explicit, group=spec.group)
+                message_id = self.queue.enqueue(
+                    spec.body, id=explicit, group=spec.group, partition=spec.partition
+                )
             except S3QueueError as exc:
                 self.history.record("enqueue_failed", "producer", ns=[spec.n], error=str(exc))
                 continue
@@ -151,8 +167,9 @@ class Producer:
         elif spec.kind == "permanent":
             self.expected.dead_at_once.add(message_id)
 
-    def put_malformed(self, max_bytes: int) -> None:
-        """The foreign objects of the module docstring, each recorded once it is stored."""
+    def put_malformed(self, max_bytes: int, *, partitioned: bool = True) -> None:
+        """The foreign objects of the module docstring, each recorded once it is stored (with
+        two in partitions' folders if `partitioned`)."""
         keys = self.queue.keys
         objects = [
             ("inbox/empty", b"", False),
@@ -162,6 +179,11 @@ class Producer:
             ("msg/0000000000001-garbage", b"\x00not an envelope\xff", True),
             ("msg/foreign name.txt", b"hello from elsewhere", False),
         ]
+        if partitioned:
+            objects += [
+                ("inbox/p1/bad.json", b'{"unterminated": ', False),
+                ("parts/p2/foreign name.txt", b"hello from a partition", False),
+            ]
         for name, body, dead in objects:
             message_id = foreign_id(name)
             try:
@@ -199,6 +221,10 @@ def handler(
             kind=kind,
             group=message.group,
         )
+        if body is not raw and body.get("p") != message.partition:
+            history.record(
+                "wrong_partition", owner, id=message.id, sent=body.get("p"), got=message.partition
+            )
         sleep(int(body.get("ms", 0)) / 1000)
         if now_ms() >= deadline_ms():  # remaining time 0: Lambda stops it
             history.record("crash", owner, where=f"Lambda timeout in the handler of {message.id}")

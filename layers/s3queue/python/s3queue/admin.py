@@ -2,20 +2,22 @@
 
 These read every key of a prefix (O(keys)); they are for people and dashboards, not the hot
 path. The coordinator never calls them. What `stats` costs: one LIST per 1,000 keys under
-``inbox/``, ``msg/``, ``tickets/`` and ``dlq/``, and one GET per ticket that changed since the
-last call with the same `TicketCache` (every ticket the first time).
+``inbox/``, ``msg/``, ``parts/``, ``tickets/`` and ``dlq/``, and one GET per ticket that
+changed since the last call with the same `TicketCache` (every ticket the first time).
 
 A dead letter, as `dead_letters` returns it (one schema, also ``s3queue dlq list --json``):
 ``id``, ``queue``, ``key`` (its DLQ object; pass the last one as ``after=`` for the next page),
-``group`` (or None), ``attempts`` (deliveries, the last included), ``reason`` (the last error),
-``errors`` (``[{attempt, at, error}]``, ``at`` in epoch ms), ``enqueued_ms``, ``dead_ms``, and
-``body`` with ``body_encoding``: ``"json"`` (the body as enqueued) or ``"base64"`` (bytes).
+``group`` and ``partition`` (or None), ``attempts`` (deliveries, the last included),
+``reason`` (the last error), ``errors`` (``[{attempt, at, error}]``, ``at`` in epoch ms),
+``enqueued_ms``, ``dead_ms``, and ``body`` with ``body_encoding``: ``"json"`` (the body as
+enqueued) or ``"base64"`` (bytes).
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 from s3queue.errors import MalformedMessage, QueueNotFound
@@ -72,39 +74,56 @@ def stats(
     cache = {} if cache is None else cache
     in_flight_keys = _in_flight(storage, keys, cache)
     tickets = sum(1 for _, refs in cache.values() if refs is not None)
-    pending = delayed = in_flight = 0
-    oldest: int | None = None
+    total = _Counts()
+    partitions: dict[str, _Counts] = {}
     for entry, count, ready_ms in _messages(storage, keys):
-        if entry.key in in_flight_keys:
-            in_flight += count + in_flight_keys[entry.key]
-        elif ready_ms > now_ms:
-            delayed += count
-        else:
-            pending += count
-            oldest = ready_ms if oldest is None else min(oldest, ready_ms)
-    dead = count_dead_letters(storage, keys)
+        part = partitions.setdefault(keys.partition_of(entry.key) or "", _Counts())
+        for counts in (total, part):
+            if entry.key in in_flight_keys:
+                counts.in_flight += count + in_flight_keys[entry.key]
+            elif ready_ms > now_ms:
+                counts.delayed += count
+            else:
+                counts.pending += count
+                counts.oldest = ready_ms if counts.oldest is None else min(counts.oldest, ready_ms)
     return {
         "queue": keys.queue,
-        "pending": pending,
-        "delayed": delayed,
-        "in_flight": in_flight,
-        "dead": dead,
+        **total.as_dict(now_ms),
+        "dead": count_dead_letters(storage, keys),
         "tickets": tickets,
-        "oldest_age_s": round((now_ms - oldest) / 1000, 3) if oldest is not None else 0.0,
+        "partitions": {name: partitions[name].as_dict(now_ms) for name in sorted(partitions)},
     }
+
+
+@dataclass(slots=True)
+class _Counts:
+    pending: int = 0
+    delayed: int = 0
+    in_flight: int = 0
+    oldest: int | None = None
+
+    def as_dict(self, now_ms: int) -> dict[str, Any]:
+        oldest = self.oldest
+        return {
+            "pending": self.pending,
+            "delayed": self.delayed,
+            "in_flight": self.in_flight,
+            "oldest_age_s": round((now_ms - oldest) / 1000, 3) if oldest is not None else 0.0,
+        }
 
 
 def _messages(storage: Storage, keys: QueueKeys) -> Iterator[tuple[Entry, int, int]]:
     for entry in iter_keys(storage, keys.inbox):
         yield entry, 1, entry.last_modified_ms
-    for entry in iter_keys(storage, keys.msg):
-        if keys.is_tombstone(entry.key, entry.size):
-            continue
-        parsed = keys.parse_msg(entry.key)
-        if parsed is None:
-            yield entry, 1, 0
-        elif parsed.target is None:  # else a late notice (producer.py): not a message
-            yield entry, parsed.count, parsed.ready_ms
+    for folder in (keys.msg, keys.parts):
+        for entry in iter_keys(storage, folder):
+            if keys.is_tombstone(entry.key, entry.size):
+                continue
+            parsed = keys.owning(entry.key).parse_msg(entry.key)
+            if parsed is None:
+                yield entry, 1, 0
+            elif parsed.target is None:  # else a late notice (producer.py): not a message
+                yield entry, parsed.count, parsed.ready_ms
 
 
 def count_dead_letters(storage: Storage, keys: QueueKeys) -> int:
@@ -141,6 +160,7 @@ def dead_letter(key: str, data: bytes) -> dict[str, Any]:
         "queue": doc.get("queue"),
         "key": key,
         "group": doc.get("group"),
+        "partition": doc.get("partition"),
         "attempts": doc.get("attempts", len(errors) or None),
         "reason": doc.get("reason"),
         "errors": errors,
@@ -177,7 +197,8 @@ def redrive(storage: Storage, keys: QueueKeys, now_ms: int) -> int:
         record.attempt = 1
         group = record.group
         key = MsgKey(now_ms, new_id(now_ms), group) if group else MsgKey(now_ms, new_id(now_ms))
-        storage.put(keys.msg_key(key), encode_records([record], new_token()), if_none_match=True)
+        home = keys.owning(str(doc.get("source", "")))  # back into its partition
+        storage.put(home.msg_key(key), encode_records([record], new_token()), if_none_match=True)
         # A tombstone, not a delete: a late applier of the commit that wrote this dead letter
         # cannot create it again (apply.py); the DLQ's lifecycle rule removes it.
         storage.put(entry.key, TOMBSTONE, if_match=entry.etag)
@@ -194,6 +215,7 @@ def purge(storage: Storage, keys: QueueKeys, *, include_dlq: bool = False) -> in
         raise QueueNotFound(f"queue {keys.queue!r} has no objects under {keys.root}")
     purged = _delete_prefix(storage, keys.inbox, lambda entry: 1)
     purged += _delete_prefix(storage, keys.msg, lambda entry: _message_count(keys, entry))
+    purged += _delete_prefix(storage, keys.parts, lambda e: _message_count(keys.owning(e.key), e))
     _delete_prefix(storage, keys.ids, lambda entry: 0)
     if include_dlq:
         purged += _delete_prefix(storage, keys.dlq, lambda e: _message_count(keys, e))

@@ -57,7 +57,7 @@ def load_ref(storage: Storage, keys: QueueKeys, ref: Ref, max_bytes: int) -> Loa
     if obj is None or keys.is_tombstone(ref.key, len(obj.body)):
         return None
     name = ref.key[len(keys.root) :]
-    if keys.parse_msg(ref.key) is not None:
+    if keys.owning(ref.key).parse_msg(ref.key) is not None:
         try:
             records = decode_records(obj.body)
         except MalformedMessage as exc:
@@ -88,12 +88,13 @@ def apply_ticket(
     sources: list[str] = []
     for ref in ticket.refs:
         outcomes = by_ref.get(ref.key, [])
-        if not outcomes or _untouched(keys, ticket, ref, outcomes):
+        owning = keys.owning(ref.key)  # copies stay in the message's partition
+        if not outcomes or _untouched(owning, ticket, ref, outcomes):
             continue
         loaded = loader(ref)
         if loaded is None:
             continue  # already applied by someone else
-        _apply_ref(storage, keys, ticket, origin, ref, loaded.records, outcomes)
+        _apply_ref(storage, owning, ticket, origin, ref, loaded.records, outcomes)
         sources.append(ref.key)
     _retire(storage, keys, ticket, sources)
     # Conflict: nobody writes a committed ticket, so only another applier deleting it first.
@@ -117,12 +118,13 @@ def _retire(storage: Storage, keys: QueueKeys, ticket: Ticket, sources: list[str
     etags = {r.key: r.etag for r in ticket.refs}
     originals: list[str] = []
     for key in sources:
-        parsed = keys.parse_msg(key)
+        owning = keys.owning(key)
+        parsed = owning.parse_msg(key)
         if parsed is not None and parsed.origin is not None:
             # Conflict: already a tombstone (another applier), or long gone.
             with contextlib.suppress(Conflict):
                 storage.put(key, TOMBSTONE, if_match=etags[key])
-        elif key.startswith(keys.msg):
+        elif key.startswith(owning.msg):
             originals.append(key)
         else:
             # Conflict: the other service put a new object under the same name, a new message.
@@ -242,6 +244,7 @@ def _put_dead(
             "v": 1,
             "token": new_token(),
             "queue": keys.queue,
+            "partition": keys.partition,
             "source": source_key,
             "dead_ms": outcome.at_ms,
             "attempts": attempt,

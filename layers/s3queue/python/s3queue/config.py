@@ -128,6 +128,11 @@ class CoordinatorSettings:
     tombstone_ttl: float = 3600.0
     """Seconds a consumed copy's tombstone is kept (see apply.py) before the scan deletes it:
     longer than any applier stays paused between its commit and its apply."""
+    partitions_per_tick: int = 64
+    """Partitions a tick reads at most (one LIST each), in turns when a queue has more."""
+    discover_interval: float = 1.0
+    """Seconds between LISTs of the queue's partition folders (a new partition waits at most
+    this long to be read)."""
 
 
 @dataclass(frozen=True)

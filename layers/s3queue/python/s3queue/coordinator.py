@@ -26,10 +26,10 @@ from s3queue import scan
 from s3queue.admin import iter_keys
 from s3queue.clock import Clock, SystemClock, ms
 from s3queue.config import CoordinatorSettings, QueueSettings
-from s3queue.cursor import Cursor
+from s3queue.cursor import Cursor, Cursors
 from s3queue.errors import Conflict
 from s3queue.events import Emitter, Listener
-from s3queue.keys import MsgKey, QueueKeys, check_queue_name
+from s3queue.keys import PARTITION, MsgKey, QueueKeys, check_queue_name
 from s3queue.lease import LeaderLease
 from s3queue.model import Ref, Ticket
 from s3queue.probe import probe
@@ -63,10 +63,28 @@ class TickResult:
 class _Memory:
     """The leader's view; rebuilt from S3 at every new epoch."""
 
-    cursor: Cursor
+    cursors: Cursors
     epoch: int = 0
     next_seq: int = 0
     known: dict[str, Known] = field(default_factory=dict)
+    partitions: list[str | None] = field(default_factory=lambda: [None])
+    """The partitions found by the last LIST of ``parts/`` (None: the default, always there)."""
+    discovered_ms: int | None = None
+    served: str | None = None
+    """The partition served last in the last round: the next round starts after it."""
+
+
+@dataclass(slots=True)
+class _Part:
+    """One partition's share of a tick: what its cursor read, and the plan for it."""
+
+    partition: str | None
+    cursor: Cursor
+    saved: Cursor
+    candidates: list[scan.Candidate]
+    stopped: str
+    absent: set[str]
+    plan: scan.Plan = field(default_factory=scan.Plan)
 
 
 class Coordinator:
@@ -114,7 +132,7 @@ class Coordinator:
         self.memory = self._fresh()
 
     def _fresh(self, epoch: int = 0) -> _Memory:
-        return _Memory(Cursor(self.keys, self.config), epoch=epoch)
+        return _Memory(Cursors(self.keys, self.config), epoch=epoch)
 
     def tick(self) -> TickResult:
         """Lead if possible, then reconcile tickets and dispatch what is ready."""
@@ -132,7 +150,7 @@ class Coordinator:
         ):
             self.memory = self._fresh()
             return TickResult(leader=False)
-        reaped = reconciler.reconcile(listed, self.memory.known, self.memory.cursor)
+        reaped = reconciler.reconcile(listed, self.memory.known, self.memory.cursors)
         return self._dispatch(reaped)
 
     def probe(self) -> bool:
@@ -153,58 +171,128 @@ class Coordinator:
         return list(iter_keys(self.storage, self.keys.tickets))
 
     def _dispatch(self, reaped: int) -> TickResult:
-        """Read the cursor, plan tickets within capacity, publish them."""
+        """Read each partition's cursor, share the capacity fairly, plan, publish."""
         memory, now = self.memory, self.clock.now_ms()
         capacity = self.settings.max_in_flight_tickets - len(memory.known)
         if capacity <= 0:
             return self._result(reaped)
-        in_flight = {r.key for k in memory.known.values() for r in k.ticket.refs}
-        busy = self._busy_groups()
-        saved = memory.cursor.snapshot()
-        candidates, stopped = self._read(now, capacity, in_flight, busy)
-        # A group whose waiting message this tick did not read is blocked: its later messages
-        # may not overtake it (FIFO), wherever the cursor is.
-        absent = memory.cursor.absent_heads(candidates)
-        planner = scan.Planner(
-            now_ms=now,
-            batch_size=self.settings.batch_size,
-            capacity=capacity,
-            in_flight=in_flight,
-            busy_groups=busy | absent,
-            live_origins={self.keys.ticket_origin(key) for key in memory.known},
+        live = self._live_refs()
+        in_flight = {r.key for r in live}
+        inbox = self._inbox()
+        parts: list[_Part] = []
+        try:
+            for partition in self._round(now, inbox):
+                found = inbox.get(partition, [])
+                parts.append(self._read(partition, now, capacity, in_flight, live, found))
+            self._plan(parts, now, capacity, in_flight, live)
+            dispatched = self._publish_parts(parts, now)
+        except BaseException:
+            # A partition read before the failure used up its rewind and wake-ups: the next
+            # tick must read its messages again, in their place in line (Cursor.restore).
+            for part in parts:
+                part.cursor.restore(part.saved)
+            raise
+        for part in parts:
+            part.cursor.delete_done(self.storage)
+        candidates = [c for part in parts for c in part.candidates]
+        return self._result(
+            reaped,
+            dispatched,
+            sum(part.plan.waiting for part in parts),
+            _oldest_ready(candidates, in_flight, now),
         )
-        plan = planner.run(candidates)
-        memory.cursor.settle_held(plan, absent, stopped)
-        dispatched = self._publish_plan(plan, saved, stopped, now)
-        memory.cursor.delete_done(self.storage)
-        oldest = _oldest_ready(candidates, in_flight, now)
-        return self._result(reaped, dispatched, plan.waiting, oldest)
+
+    def _inbox(self) -> dict[str | None, list[scan.Candidate]]:
+        """The inbox's first page (listed once a tick, from its start), by partition."""
+        found: dict[str | None, list[scan.Candidate]] = {}
+        for entry in self.storage.list(self.keys.inbox).entries:
+            partition = self.keys.partition_of(entry.key)
+            found.setdefault(partition, []).append(scan.inbox_candidate(entry))
+        return found
+
+    def _round(self, now: int, inbox: dict[str | None, list[scan.Candidate]]) -> list[str | None]:
+        """The partitions this tick reads, starting at this tick's turn: every partition found
+        in ``parts/`` (listed every `discover_interval`) or the inbox, and the default one;
+        at most `partitions_per_tick` of them, the next ones first at the next tick."""
+        memory = self.memory
+        every = round(self.config.discover_interval * 1000)
+        if memory.discovered_ms is None or now - memory.discovered_ms >= every:
+            named = [
+                folder[len(self.keys.parts) : -1]
+                for folder in self.storage.list_folders(self.keys.parts)
+            ]
+            memory.partitions = [None, *(p for p in named if PARTITION.fullmatch(p))]
+            memory.discovered_ms = now
+        known = set(memory.partitions)
+        everyone = memory.partitions + sorted(p for p in inbox if p not in known and p)
+        start = everyone.index(memory.served) + 1 if memory.served in everyone else 0
+        rotated = everyone[start:] + everyone[:start]
+        return rotated[: max(1, self.config.partitions_per_tick)]
 
     def _read(
-        self, now: int, capacity: int, in_flight: set[str], busy: set[str]
-    ) -> tuple[list[scan.Candidate], str]:
-        """The cursor's candidates, read until there are enough to fill `capacity`."""
+        self,
+        partition: str | None,
+        now: int,
+        capacity: int,
+        in_flight: set[str],
+        live: list[_Ref],
+        inbox: list[scan.Candidate],
+    ) -> _Part:
+        """One partition's candidates, read until there are enough to fill `capacity`."""
+        cursor = self.memory.cursors.of(partition)
         batch_size = self.settings.batch_size
         want = capacity * batch_size
+        busy = _busy_groups(live, partition)
 
         def enough(found: Iterable[scan.Candidate]) -> bool:
             return _dispatchable(found, in_flight, busy, batch_size) >= want
 
-        return self.memory.cursor.read(self.storage, now, enough, want=want)
+        saved = cursor.snapshot()
+        candidates, stopped = cursor.read(self.storage, now, enough, want=want, inbox=inbox)
+        # A group whose waiting message this tick did not read is blocked: its later messages
+        # may not overtake it (FIFO), wherever the cursor is.
+        absent = cursor.absent_heads(candidates)
+        return _Part(partition, cursor, saved, candidates, stopped, absent)
 
-    def _publish_plan(self, plan: scan.Plan, saved: Cursor, stopped: str, now: int) -> int:
-        """Publish every batch; move the cursor on if all went out, else back to `saved`."""
-        cursor = self.memory.cursor
-        try:
-            published = [self._publish(batch, now) for batch in plan.batches]
-        except BaseException:
-            cursor.restore(saved)
-            raise
-        if all(published):
-            cursor.advance(plan, stopped, now)
-        else:  # a batch did not go out: read its messages again, in their place in line
-            cursor.restore(saved)
-        return sum(published)
+    def _plan(
+        self, parts: list[_Part], now: int, capacity: int, in_flight: set[str], live: list[_Ref]
+    ) -> None:
+        """Each partition's plan, within its fair share of `capacity`: every partition with
+        ready work gets a ticket in turn before any gets a second (round-robin)."""
+        origins = {self.keys.ticket_origin(key) for key in self.memory.known}
+
+        def plan(part: _Part, tickets: int) -> scan.Plan:
+            return scan.Planner(
+                now_ms=now,
+                batch_size=self.settings.batch_size,
+                capacity=tickets,
+                in_flight=in_flight,
+                busy_groups=_busy_groups(live, part.partition) | part.absent,
+                live_origins=origins,
+            ).run(part.candidates)
+
+        wanted = [plan(part, capacity) for part in parts]
+        shares = fair_shares([len(w.batches) for w in wanted], capacity)
+        for part, want, share in zip(parts, wanted, shares, strict=True):
+            part.plan = want if share == len(want.batches) else plan(part, share)
+            part.cursor.settle_held(part.plan, part.absent, part.stopped)
+            if share:
+                self.memory.served = part.partition
+        if len(parts) < len(self.memory.partitions) and not any(shares):
+            self.memory.served = parts[-1].partition  # nothing to do here: read the next ones
+
+    def _publish_parts(self, parts: list[_Part], now: int) -> int:
+        """Publish the batches a partition at a time in turn; move each partition's cursor on
+        if all its batches went out, else back to where it was before this tick."""
+        done: dict[int, list[int]] = {i: [] for i in range(len(parts))}
+        for i, batch in _interleaved([part.plan.batches for part in parts]):
+            done[i].append(self._publish(batch, now))
+        for i, part in enumerate(parts):
+            if all(done[i]):
+                part.cursor.advance(part.plan, part.stopped, now)
+            else:  # a batch did not go out: read its messages again, in their place in line
+                part.cursor.restore(part.saved)
+        return sum(sum(published) for published in done.values())
 
     def _result(
         self, reaped: int, dispatched: int = 0, waiting: int = 0, oldest: int | None = None
@@ -219,17 +307,16 @@ class Coordinator:
             oldest_ready_ms=oldest,
         )
 
-    def _parsed(self, ticket: Ticket) -> list[_Ref]:
-        return [_Ref(r.key, self.keys.parse_msg(r.key)) for r in ticket.refs]
-
     def _live_refs(self) -> list[_Ref]:
-        return [r for known in self.memory.known.values() for r in self._parsed(known.ticket)]
+        return [
+            _Ref(r.key, keys.partition, keys.parse_msg(r.key))
+            for known in self.memory.known.values()
+            for r in known.ticket.refs
+            for keys in (self.keys.owning(r.key),)
+        ]
 
     def _in_flight_messages(self) -> int:
         return sum(r.count for r in self._live_refs())
-
-    def _busy_groups(self) -> set[str]:
-        return {r.parsed.group for r in self._live_refs() if r.parsed and r.parsed.group}
 
     def _publish(self, batch: list[scan.Candidate], now: int) -> int:
         """Create one ticket (If-None-Match) and start a worker on it; its message count."""
@@ -258,6 +345,42 @@ class Coordinator:
         self.emit("dispatch", now, ticket=key, refs=[c.key for c in batch], messages=count)
         self.reconciler.invoke(key, known, now, reason="new")
         return count
+
+
+def fair_shares(wanted: list[int], capacity: int) -> list[int]:
+    """Tickets for each of `wanted` (in turn order) out of `capacity`: one each in turn while
+    any wants more, so no partition gets a second before every other got its first."""
+    shares = [0] * len(wanted)
+    left = capacity
+    while left > 0:
+        given = 0
+        for i, want in enumerate(wanted):
+            if left > 0 and shares[i] < want:
+                shares[i] += 1
+                left -= 1
+                given += 1
+        if not given:
+            break
+    return shares
+
+
+def _interleaved(
+    batches: list[list[list[scan.Candidate]]],
+) -> list[tuple[int, list[scan.Candidate]]]:
+    """(partition index, batch) taking each partition's next batch in turn."""
+    out: list[tuple[int, list[scan.Candidate]]] = []
+    for row in range(max((len(b) for b in batches), default=0)):
+        out += [(i, b[row]) for i, b in enumerate(batches) if row < len(b)]
+    return out
+
+
+def _busy_groups(live: list[_Ref], partition: str | None) -> set[str]:
+    """The groups of `partition` with a message in a live ticket (a group is a partition's)."""
+    return {
+        r.parsed.group
+        for r in live
+        if r.partition == partition and r.parsed is not None and r.parsed.group
+    }
 
 
 def _dispatchable(
@@ -289,6 +412,7 @@ def _oldest_ready(candidates: list[scan.Candidate], in_flight: set[str], now: in
 @dataclass(frozen=True, slots=True)
 class _Ref:
     key: str
+    partition: str | None
     parsed: MsgKey | None
 
     @property

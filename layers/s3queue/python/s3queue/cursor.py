@@ -74,10 +74,12 @@ class Cursor:
         enough: Callable[[Iterable[scan.Candidate]], bool],
         *,
         want: int,
+        inbox: Iterable[scan.Candidate] = (),
     ) -> tuple[list[scan.Candidate], str]:
-        """Candidates from the inbox's first page, one page from the rewind point if any, and
-        pages from the cursor until there is `enough` to dispatch, at most ``scan_pages``. Also
-        the last key read if the scan stopped short of now.
+        """Candidates: this partition's `inbox` ones (the caller lists the inbox once for every
+        partition), one page from the rewind point if any, and pages from the cursor until
+        there is `enough` to dispatch, at most ``scan_pages``. Also the last key read if the
+        scan stopped short of now.
 
         The first page is sized to `want`, the messages the tick can dispatch (parsing a full
         page of 1,000 costs a busy coordinator more than the LIST itself); later ones ask for
@@ -88,8 +90,7 @@ class Cursor:
         start_after = "" if swept else self.start_after  # the periodic sweep for stragglers
         due = [] if swept else [s for s, when in self.wakeups.items() if when <= now]
         rewinds = [] if swept else [r for r in (self.rewind_ms, *due) if r is not None]
-        inbox = storage.list(self.keys.inbox).entries
-        found = {e.key: scan.inbox_candidate(e) for e in inbox}
+        found = {c.key: c for c in inbox}
         if rewinds and self.keys.msg_after(min(rewinds)) < start_after:
             self._page(storage, self.keys.msg_after(min(rewinds)), found, 1000)
         first_page = min(1000, 2 * want + 100)
@@ -216,6 +217,31 @@ class Cursor:
                 continue
             found[entry.key] = scan.msg_candidate(entry, self.keys)
         return page.entries[-1].key if page.truncated and page.entries else ""
+
+
+@dataclass(slots=True)
+class Cursors:
+    """A leader's cursor per partition (each reads its own folder), made on first use."""
+
+    keys: QueueKeys
+    config: CoordinatorSettings
+    by_partition: dict[str | None, Cursor] = field(default_factory=dict)
+
+    def of(self, partition: str | None) -> Cursor:
+        cursor = self.by_partition.get(partition)
+        if cursor is None:
+            cursor = Cursor(self.keys.partitioned(partition), self.config)
+            self.by_partition[partition] = cursor
+        return cursor
+
+    def finished(self, ref_keys: Iterable[str]) -> None:
+        """A ticket is gone: each partition's cursor rewinds for its own messages."""
+        by_partition: dict[str | None, list[str]] = {}
+        for key in ref_keys:
+            by_partition.setdefault(self.keys.partition_of(key), []).append(key)
+        for partition, keys in by_partition.items():
+            cursor = self.of(partition)
+            cursor.finished(msg_keys(cursor.keys, keys))
 
 
 def _sort_ms(keys: QueueKeys, key: str) -> int:

@@ -66,7 +66,7 @@ class Runner:
             # Put again by a repeated enqueue after it was handled: retire it, run nothing.
             self.emit("skip", now, message_id=record.id, reason="explicit id already handled")
             return Outcome(ref.key, record.id, "skip", now, None, 0, attempt)
-        message = self._message(record, attempt, redelivered or record.redelivered)
+        message = self._message(ref, record, attempt, redelivered or record.redelivered)
         self.emit(
             "handler_start",
             now,
@@ -77,7 +77,7 @@ class Runner:
         )
         return self._call(handler, message, ref, record)
 
-    def _message(self, record: Record, attempt: int, redelivered: bool) -> Message:
+    def _message(self, ref: Ref, record: Record, attempt: int, redelivered: bool) -> Message:
         queue = self.keys.queue
         return Message(
             record.id,
@@ -88,6 +88,7 @@ class Runner:
             queue,
             f"{queue}:{record.id}",
             redelivered,
+            self.keys.partition_of(ref.key),
         )
 
     def _call(self, handler: Handler, message: Message, ref: Ref, record: Record) -> Outcome:

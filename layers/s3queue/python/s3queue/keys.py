@@ -4,11 +4,20 @@
     <prefix>/<queue>/dlq/<dead_ms>-<id>          dead letters
     <prefix>/<queue>/ids/<id>                    explicit-id dedup markers
     <prefix>/<queue>/inbox/<any name>            messages put by other services
+    <prefix>/<queue>/inbox/<partition>/<name>    ... into a partition
     <prefix>/<queue>/msg/<sort_ms>-<id>[~attr]   messages put by the library
+    <prefix>/<queue>/parts/<partition>/<sort_ms>-<id>[~attr]   ... into a partition
     <prefix>/<queue>/tickets/<epoch>-<seq>       tickets
 
-``inbox/`` < ``msg/`` < ``tickets/`` sort together after everything else, so one LIST starting
-after the ``ids/`` markers sees all live work (the idle probe). A message key's attributes:
+A *partition* (a tenant, a client) is a folder of its own: ``msg/`` is the default partition's,
+``parts/<partition>/`` a named one's, with the same names inside. The leader keeps a cursor per
+folder, so a partition's backlog never stands in front of another's messages (coordinator.py).
+A view of the keys for one partition (`QueueKeys.partitioned`) is what the cursor, the planner
+and apply.py work with; `QueueKeys.owning` finds the view of any message key.
+
+``inbox/`` < ``msg/`` < ``parts/`` < ``tickets/`` sort together after everything else, so one
+LIST starting after the ``ids/`` markers sees all live work (the idle probe). A message key's
+attributes:
 ``~g<group>`` (base64url), ``~n<not_before_ms>``, ``~c<count>`` (a packed object of that many
 messages), ``~o<epoch>-<seq>`` (written by that ticket's apply: not dispatchable while it lives),
 ``~p<sort_ms>-<id>-<not_before_ms>`` (a *late notice*: not a message, but a pointer to a grouped
@@ -29,6 +38,8 @@ from s3queue.errors import InvalidName as InvalidName  # noqa: PLC0414 - re-expo
 
 QUEUE_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
 MESSAGE_ID = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
+PARTITION = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+"""A partition's name: 1-64 of ``[A-Za-z0-9_.-]``, starting alnum (it is a folder's name)."""
 _MSG = re.compile(r"^(\d{13})-([A-Za-z0-9_-]{1,160})((?:~[a-z][A-Za-z0-9_-]*)*)$")
 _TICKET = re.compile(r"^(\d{10})-(\d{10})$")
 _CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
@@ -45,6 +56,16 @@ def check_message_id(message_id: str) -> str:
     if not isinstance(message_id, str) or not MESSAGE_ID.fullmatch(message_id):
         raise InvalidName(f"invalid message id {message_id!r}: a str of 1-128 of [A-Za-z0-9_-]")
     return message_id
+
+
+def check_partition(partition: str | None) -> str | None:
+    if partition is not None and (
+        not isinstance(partition, str) or not PARTITION.fullmatch(partition)
+    ):
+        raise InvalidName(
+            f"invalid partition {partition!r}: use 1-64 of [A-Za-z0-9_.-], starting alnum"
+        )
+    return partition
 
 
 class _IdGenerator:
@@ -169,10 +190,38 @@ class QueueKeys:
 
     prefix: str
     queue: str
+    partition: str | None = None
+    """Whose messages `msg` and the message helpers below mean: None is the default
+    partition (``msg/``), else ``parts/<partition>/``. Every other folder is the queue's."""
 
     @property
     def root(self) -> str:
         return f"{self.prefix}/{self.queue}/"
+
+    @property
+    def parts(self) -> str:
+        """The folder of the named partitions' folders."""
+        return self.root + "parts/"
+
+    def partitioned(self, partition: str | None) -> QueueKeys:
+        """These keys with `msg` in `partition`'s folder (None: the default partition)."""
+        if partition == self.partition:
+            return self
+        return QueueKeys(self.prefix, self.queue, partition)
+
+    def partition_of(self, key: str) -> str | None:
+        """The partition of a full message key: ``parts/<p>/...`` and ``inbox/<p>/<name>``
+        are `p`'s (a valid name, with something after it); everything else is the default's."""
+        for folder in (self.parts, self.inbox):
+            if key.startswith(folder):
+                name, slash, rest = key[len(folder) :].partition("/")
+                if slash and rest and PARTITION.fullmatch(name):
+                    return name
+        return None
+
+    def owning(self, key: str) -> QueueKeys:
+        """The view of the partition that a message key (or inbox key) belongs to."""
+        return self.partitioned(self.partition_of(key))
 
     @property
     def lease(self) -> str:
@@ -184,7 +233,9 @@ class QueueKeys:
 
     @property
     def msg(self) -> str:
-        return self.root + "msg/"
+        if self.partition is None:
+            return self.root + "msg/"
+        return f"{self.parts}{self.partition}/"
 
     @property
     def tickets(self) -> str:
@@ -203,15 +254,16 @@ class QueueKeys:
         """LIST from after this key to see inbox/, msg/ and tickets/ in one request.
 
         It sorts after every ``ids/`` marker (ids are ``[A-Za-z0-9_-]``, all below ``~``) and
-        before ``inbox``. Never a folder's bare name such as ``inbox``: SeaweedFS skips the
-        whole folder of a StartAfter that names it (see `S3Storage.list`).
+        before ``inbox`` (then ``msg/``, ``parts/``, ``tickets/``). Never a folder's bare name
+        such as ``inbox``: SeaweedFS skips the whole folder of a StartAfter that names it (see
+        `S3Storage.list`).
         """
         return self.ids + "~"
 
     def is_tombstone(self, key: str, size: int) -> bool:
         """An emptied ``msg/`` or ``dlq/`` object (`model.TOMBSTONE`): a consumed copy's
-        (apply.py) or a redriven dead letter's (admin.py); never a message."""
-        return size == 0 and key.startswith((self.msg, self.dlq))
+        (apply.py) or a redriven dead letter's (admin.py); never a message. Any partition's."""
+        return size == 0 and key.startswith((self.root + "msg/", self.parts, self.dlq))
 
     def parse_msg(self, key: str) -> MsgKey | None:
         """The fields of a full ``msg/`` key; None for any other key or a foreign name."""

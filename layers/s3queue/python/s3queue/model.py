@@ -46,6 +46,9 @@ class Message:
     redelivered: bool = False
     """An earlier delivery's lease expired before this message's outcome was recorded: it may
     have run already (whether or not `attempt` counted it)."""
+    partition: str | None = None
+    """The partition it was enqueued into (``enqueue(partition=)``, or the first folder of an
+    ``inbox/<partition>/<name>`` PUT); None for the default partition."""
 
 
 @dataclass(slots=True)

@@ -27,7 +27,14 @@ from s3queue import admin
 from s3queue.clock import Clock, SystemClock
 from s3queue.errors import Conflict, InvalidArgument, MalformedMessage
 from s3queue.events import Emitter, Listener
-from s3queue.keys import MsgKey, QueueKeys, check_message_id, check_queue_name, new_id
+from s3queue.keys import (
+    MsgKey,
+    QueueKeys,
+    check_message_id,
+    check_partition,
+    check_queue_name,
+    new_id,
+)
 from s3queue.model import Marker, Record, encode_records, record_for
 from s3queue.storage.base import Storage, new_token
 
@@ -82,19 +89,29 @@ class Queue:
         self._tickets: admin.TicketCache = {}
 
     def enqueue(
-        self, body: Any, *, id: str | None = None, delay: Delay = 0, group: str | None = None
+        self,
+        body: Any,
+        *,
+        id: str | None = None,
+        delay: Delay = 0,
+        group: str | None = None,
+        partition: str | None = None,
     ) -> str:
         """Add one message (one PUT) and return its id.
 
-        With an explicit ``id`` a repeated enqueue is a no-op, never a duplicate. ``delay`` is
-        in seconds (or a ``timedelta``), from 0 to `MAX_DELAY`. Messages of one ``group`` are
-        handled in enqueue order, one at a time. A bad argument raises `InvalidArgument` (a bad
-        body `MalformedMessage`) before anything is written.
+        With an explicit ``id`` a repeated enqueue is a no-op, never a duplicate (an id is
+        unique in the queue, whatever the partition). ``delay`` is in seconds (or a
+        ``timedelta``), from 0 to `MAX_DELAY`. Messages of one ``group`` are handled in enqueue
+        order, one at a time. A ``partition`` (a tenant, a client: 1-64 of ``[A-Za-z0-9_.-]``)
+        is served fairly beside the others, whatever their backlogs; a group lives inside its
+        partition. A bad argument raises `InvalidArgument` (a bad body `MalformedMessage`)
+        before anything is written.
         """
         delay_ms = _delay_ms(delay)
         _check_group(group)
         if id is not None:
             check_message_id(id)
+        keys = self.keys.partitioned(check_partition(partition))
         now = self.clock.now_ms()
         visible = now + delay_ms
         message_id = id if id is not None else new_id(now)
@@ -109,20 +126,24 @@ class Queue:
             key = MsgKey(visible, key_id)
         data = self._encode([record])
         if id is not None:
-            key = self._enqueue_once(record, key, data)
+            key = self._enqueue_once(keys, record, key, data)
         else:
-            self._create(self.keys.msg_key(key), data)
+            self._create(keys.msg_key(key), data)
         if group is not None:
-            self._notice_if_late(key)
-        self.emit("enqueue", now, message_id=message_id, key=self.keys.msg_key(key))
+            self._notice_if_late(keys, key)
+        self.emit("enqueue", now, message_id=message_id, key=keys.msg_key(key))
         return message_id
 
-    def enqueue_many(self, bodies: Iterable[Any], *, delay: Delay = 0) -> list[str]:
-        """Add many messages packed into as few objects as possible (one PUT per 4 MiB).
+    def enqueue_many(
+        self, bodies: Iterable[Any], *, delay: Delay = 0, partition: str | None = None
+    ) -> list[str]:
+        """Add many messages packed into as few objects as possible (one PUT per 4 MiB), all
+        in one ``partition`` (None: the default one).
 
         Every body is checked before the first PUT: one bad body writes nothing.
         """
         delay_ms = _delay_ms(delay)
+        keys = self.keys.partitioned(check_partition(partition))
         if isinstance(bodies, str | bytes | bytearray | memoryview | Mapping):
             raise InvalidArgument(
                 f"enqueue_many takes an iterable of bodies, not one {type(bodies).__name__} "
@@ -133,7 +154,7 @@ class Queue:
         records = [record_for(new_id(now), body, now) for body in bodies]
         for chunk in _pack(records):
             object_id = chunk[0].id if len(chunk) == 1 else new_id(now)
-            key = self.keys.msg_key(MsgKey(visible, object_id, count=len(chunk)))
+            key = keys.msg_key(MsgKey(visible, object_id, count=len(chunk)))
             self._create(key, self._encode(chunk))
             self.emit("enqueue", now, message_ids=[r.id for r in chunk], key=key)
         return [r.id for r in records]
@@ -179,21 +200,23 @@ class Queue:
     def _create(self, key: str, encoded: tuple[bytes, str]) -> None:
         self.storage.put(key, encoded[0], if_none_match=True, token=encoded[1])
 
-    def _notice_if_late(self, key: MsgKey) -> None:
+    def _notice_if_late(self, keys: QueueKeys, key: MsgKey) -> None:
         """Put late notices until one lands within `LANDING_MS` of its key time (see module)."""
         landed_by, now = key.sort_ms, self.clock.now_ms()
         for _ in range(MAX_NOTICES):
             if now - landed_by <= LANDING_MS:
                 return
-            notice = self.keys.msg_key(key.notice(now, new_id(now)))
+            notice = keys.msg_key(key.notice(now, new_id(now)))
             token = new_token()
-            body = json.dumps({"v": 1, "token": token, "notice": self.keys.msg_key(key)}).encode()
+            body = json.dumps({"v": 1, "token": token, "notice": keys.msg_key(key)}).encode()
             self.storage.put(notice, body, if_none_match=True, token=token)
-            self.emit("late_notice", now, key=self.keys.msg_key(key), notice=notice)
+            self.emit("late_notice", now, key=keys.msg_key(key), notice=notice)
             landed_by, now = now, self.clock.now_ms()
         _log.warning("%s: every late notice for %s landed late", self.name, key.name())
 
-    def _enqueue_once(self, record: Record, key: MsgKey, data: tuple[bytes, str]) -> MsgKey:
+    def _enqueue_once(
+        self, keys: QueueKeys, record: Record, key: MsgKey, data: tuple[bytes, str]
+    ) -> MsgKey:
         """Marker first (If-None-Match), then the message: a retried enqueue finds the marker.
 
         A marker marked done means the message was handled: nothing to do. Otherwise the first
@@ -203,7 +226,7 @@ class Queue:
         """
         marker = self.keys.marker(record.id)
         token = new_token()
-        full = self.keys.msg_key(key)
+        full = keys.msg_key(key)
         body = Marker("pending", full).encode(token)
         try:
             self.storage.put(marker, body, if_none_match=True, token=token)
@@ -213,7 +236,7 @@ class Queue:
             if existing.done:
                 return key
             full = existing.key or full
-            key = self.keys.parse_msg(full) or key
+            key = keys.parse_msg(full) or key
         with contextlib.suppress(Conflict):  # the first enqueue's message is there
             self._create(full, data)
         return key

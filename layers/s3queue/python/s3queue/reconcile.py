@@ -16,7 +16,7 @@ from typing import Any
 
 from s3queue.clock import Clock, ms
 from s3queue.config import CoordinatorSettings, QueueSettings
-from s3queue.cursor import Cursor, msg_keys
+from s3queue.cursor import Cursors
 from s3queue.errors import Conflict, MalformedMessage
 from s3queue.events import Emitter
 from s3queue.keys import QueueKeys
@@ -85,7 +85,7 @@ class Reconciler:
         self.emit("seal", self.clock.now_ms(), epoch=doc.epoch, seals=seals, ok=sealed)
         return sealed
 
-    def reconcile(self, listed: list[Entry], known: dict[str, Known], cursor: Cursor) -> int:
+    def reconcile(self, listed: list[Entry], known: dict[str, Known], cursors: Cursors) -> int:
         """Learn unknown tickets, drop fenced ones, forget finished ones, reap expired ones;
         how many were reaped."""
         doc = self.lease.doc
@@ -105,7 +105,7 @@ class Reconciler:
                 reaped += self._check(known, entry, found, now)
         for key in [k for k in known if k not in seen]:
             gone = known.pop(key)
-            cursor.finished(msg_keys(self.keys, (r.key for r in gone.ticket.refs)))
+            cursors.finished(r.key for r in gone.ticket.refs)
         return reaped
 
     def _drop_fenced(self, entry: Entry) -> None:

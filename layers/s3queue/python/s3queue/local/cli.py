@@ -222,10 +222,16 @@ def _queue_commands(add: Add) -> None:
     enqueue.add_argument("--id", help="message id: enqueueing the same id again is a no-op")
     enqueue.add_argument("--delay", type=float, default=0.0, help="seconds before it is visible")
     enqueue.add_argument("--group", help="messages of one group run in order, one at a time")
+    enqueue.add_argument(
+        "--partition", help="a tenant or client: partitions are served fairly, side by side"
+    )
     enqueue.add_argument("--handlers", default=dev.DEFAULT_HANDLERS, help="handler modules folder")
     stats = add("stats", commands.cmd_stats, "pending, delayed, in-flight and dead messages")
     stats.add_argument("queue", nargs="?", help="one queue (default: every queue in the bucket)")
     stats.add_argument("--json", action="store_true", help="JSON instead of a table")
+    stats.add_argument(
+        "--partitions", action="store_true", help="a row per partition of each queue"
+    )
     dlq = add("dlq", commands.cmd_dlq, "list or redrive a queue's dead letters")
     dlq.add_argument("action", choices=["list", "redrive"], help="list, or redrive to the queue")
     dlq.add_argument("queue", help=queue_help)

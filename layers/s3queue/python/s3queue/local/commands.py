@@ -68,7 +68,9 @@ def cmd_enqueue(args: argparse.Namespace) -> int:
             f"unknown queue {name!r}: no handler module {args.handlers}/{name}.py and nothing "
             f"under {QueueKeys(args.prefix, name).root} (known: {listed})"
         )
-    message_id = conn.queue(name).enqueue(body, id=args.id, delay=args.delay, group=args.group)
+    message_id = conn.queue(name).enqueue(
+        body, id=args.id, delay=args.delay, group=args.group, partition=args.partition
+    )
     print(message_id)
     return 0
 
@@ -79,6 +81,15 @@ def cmd_stats(args: argparse.Namespace) -> int:
     rows = [existing_queue(conn, name).stats() for name in names]
     if args.json:
         print(json.dumps(rows if not args.queue else rows[0], indent=2))
+        return 0
+    if args.partitions:
+        heads = ("queue", "partition", "pending", "delayed", "in_flight", "oldest_age_s")
+        table = [
+            [row["queue"], name or "(default)", *(part[c] for c in heads[2:])]
+            for row in rows
+            for name, part in row["partitions"].items()
+        ]
+        print_table(heads, table)
         return 0
     columns = ("queue", "pending", "delayed", "in_flight", "dead", "tickets", "oldest_age_s")
     print_table(columns, [[row[c] for c in columns] for row in rows])

@@ -90,6 +90,11 @@ class Storage(Protocol):
         """Up to `limit` (at most 1,000) keys under `prefix` after `start_after`, in order."""
         ...
 
+    def list_folders(self, prefix: str) -> tuple[str, ...]:
+        """The folders directly under `prefix` (``prefix + name + "/"``), in order: a LIST
+        with delimiter ``/``, one request per 1,000 keys and folders."""
+        ...
+
 
 def settle_put_conflict(
     storage: Storage, key: str, *, token: str | None, if_match: str | None, if_none_match: bool

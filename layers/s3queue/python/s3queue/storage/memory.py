@@ -111,3 +111,17 @@ class MemoryStorage:
                 entries.append(Entry(key, stored.etag, len(stored.body), stored.modified_ms))
                 index += 1
             return Page(entries, truncated=False)
+
+    def list_folders(self, prefix: str) -> tuple[str, ...]:
+        with self._lock:
+            index = bisect.bisect_left(self._keys, prefix)
+            folders: list[str] = []
+            while index < len(self._keys) and self._keys[index].startswith(prefix):
+                name, slash, _ = self._keys[index][len(prefix) :].partition("/")
+                if slash:
+                    folders.append(f"{prefix}{name}/")
+                    # every key of this folder sorts below its name + the highest character
+                    index = bisect.bisect_left(self._keys, f"{prefix}{name}/\U0010ffff", index)
+                else:
+                    index += 1
+            return tuple(folders)

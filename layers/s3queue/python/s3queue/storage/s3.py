@@ -88,6 +88,8 @@ T = TypeVar("T")
 Sleep = Callable[[float], None]
 
 MAX_KEYS = 1000
+FOLDER_PAGE = MAX_KEYS
+"""Keys and folders per LIST of `S3Storage.list_folders` (a test pages with fewer)."""
 
 _CREDENTIAL_ERRORS = (NoCredentialsError, PartialCredentialsError, CredentialRetrievalError)
 _TRANSPORT_ERRORS = (TransportError, HTTPClientError, IncompleteReadError)
@@ -234,6 +236,17 @@ class S3Storage:
         ]
         truncated = bool(response.get("IsTruncated")) or len(entries) > limit
         return Page(entries[:limit], truncated=truncated)
+
+    def list_folders(self, prefix: str) -> tuple[str, ...]:
+        folders: tuple[str, ...] = ()
+        params: dict[str, Any] = {"Prefix": prefix, "Delimiter": "/", "MaxKeys": FOLDER_PAGE}
+        while True:
+            response = self._call("list_objects_v2", prefix, **params)
+            folders += tuple(item["Prefix"] for item in response.get("CommonPrefixes", []))
+            token = response.get("NextContinuationToken")
+            if not response.get("IsTruncated") or not token:
+                return tuple(sorted(folders))  # SeaweedFS orders "a/" before "a-b/"
+            params["ContinuationToken"] = token
 
     def create_bucket(self) -> None:
         """Create the bucket if it does not exist yet (for development servers and tests)."""
