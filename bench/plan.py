@@ -46,6 +46,11 @@ class Plan:
     pool_threads: int = 4
     failover_rounds: int = 3
     idle_worker_seconds: float = 30.0
+    # fairness (a small partition beside a big one's backlog)
+    fairness_backlog: int = 5_000
+    fairness_small: int = 40
+    fairness_rate: float = 10.0
+    fairness_workers: int = 8
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -66,6 +71,8 @@ QUICK = replace(
     pool_messages=400,
     failover_rounds=2,
     idle_worker_seconds=10.0,
+    fairness_backlog=1_000,
+    fairness_small=20,
 )
 SMOKE = replace(
     QUICK,
@@ -84,4 +91,6 @@ SMOKE = replace(
     scale_rounds=2,
     scale_in_flight=2,
     import_runs=1,
+    fairness_backlog=100,
+    fairness_small=5,
 )

@@ -276,6 +276,21 @@ def _pool(data: Results) -> list[str]:
     return [table(headers, rows), notes]
 
 
+def _fairness(data: Results) -> list[str]:
+    rows = [
+        (case, data[key]["count"], data[key]["p50"], data[key]["p99"], data[key]["max"])
+        for case, key in (("alone", "alone"), ("beside the backlog", "beside_backlog"))
+    ]
+    headers = ["small partition", "messages", "p50 ms", "p99 ms", "max ms"]
+    p = data["params"]
+    notes = (
+        f"p99 beside a {p['backlog']:,}-message backlog in another partition / p99 alone: "
+        f"**{data['p99_ratio']}** (target <= 1.5). When the last small message started, "
+        f"{data['beside_backlog']['backlog_left_at_last_small']:,} backlog messages had not."
+    )
+    return [table(headers, rows), notes]
+
+
 SECTIONS: list[tuple[str, Callable[[Results], list[str]]]] = [
     ("throughput", _throughput),
     ("latency", _latency),
@@ -284,4 +299,5 @@ SECTIONS: list[tuple[str, Callable[[Results], list[str]]]] = [
     ("scale", _scale),
     ("coldstart", _coldstart),
     ("pool", _pool),
+    ("fairness", _fairness),
 ]

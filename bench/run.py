@@ -25,7 +25,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from bench import coldstart, cost, idle, latency, pool, report, scale, throughput
+from bench import coldstart, cost, fairness, idle, latency, pool, report, scale, throughput
 from bench.measure import load
 from bench.plan import DEFAULT, QUICK, SMOKE, Plan
 from bench.progress import Progress
@@ -41,6 +41,7 @@ SCENARIOS: dict[str, Scenario] = {
     "scale": scale.run,
     "coldstart": coldstart.run,
     "pool": pool.run,
+    "fairness": fairness.run,
 }
 WEIGHTS = {
     "throughput": 50,
@@ -50,6 +51,7 @@ WEIGHTS = {
     "scale": 120,
     "coldstart": 10,
     "pool": 90,
+    "fairness": 40,
 }
 """Rough seconds each scenario takes at default sizes: the progress bar's proportions."""
 

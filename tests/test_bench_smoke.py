@@ -27,7 +27,7 @@ from bench.target import Target
 def test_scenarios_run_and_the_report_is_written(seaweed: EmbeddedS3, tmp_path: Path) -> None:
     # GIVEN the tiniest plan, one worker count, the scenarios that talk to S3
     plan = replace(SMOKE, workers=(2,))
-    names = ["throughput", "cost", "idle", "scale"]
+    names = ["throughput", "cost", "idle", "scale", "fairness"]
     # WHEN they run and the report is written
     with Target(server=seaweed) as target:
         scenarios = run_all(target, plan, names)

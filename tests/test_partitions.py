@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import json
+import time
+
 import pytest
 from harness import Harness, Recorder
+from s3queue.clock import FakeClock
 from s3queue.config import CoordinatorSettings, QueueSettings
 from s3queue.coordinator import fair_shares
 from s3queue.errors import InvalidArgument
 from s3queue.model import Message
 from s3queue.probe import probe
+from s3queue.storage.s3 import S3Storage
 
 BIG, SMALL = 5_000, 10
 
@@ -156,3 +161,29 @@ def test_a_bad_partition_name_is_refused_before_anything_is_written(bad: object)
     with pytest.raises(InvalidArgument, match="invalid partition"):
         h.queue.enqueue_many([{}], partition=bad)  # type: ignore[arg-type]
     assert h.keys() == []
+
+
+@pytest.mark.s3
+def test_partitions_on_a_real_s3_server(s3_storage: S3Storage) -> None:
+    """The same on SeaweedFS: library and plain-PUT routes, folders listed with a delimiter,
+    per-partition stats, and a small partition served in the first round."""
+    clock = FakeClock(start_ms=time.time_ns() // 1_000_000)
+    h = Harness(
+        storage=s3_storage,
+        clock=clock,
+        settings=QueueSettings(batch_size=10, max_in_flight_tickets=4),
+    )
+    for i in range(200):
+        h.queue.enqueue({"n": i}, partition="big")
+    clock.advance(1)
+    for i in range(10):
+        s3_storage.put(
+            f"{h.queue.keys.inbox}small/order-{i}.json", json.dumps({"small": i}).encode()
+        )
+    stats = h.queue.stats()["partitions"]
+    assert (stats["big"]["pending"], stats["small"]["pending"]) == (200, 10)
+    handler = Recorder()
+    h.drain(handler, rounds=200)
+    assert len(handler.seen) == 210
+    assert _last_small(handler.seen) < 4 * 10  # the first round of 4 tickets
+    assert {m.partition for m in handler.seen if "small" in m.body} == {"small"}

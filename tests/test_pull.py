@@ -50,3 +50,33 @@ def test_a_poll_with_no_room_costs_nothing() -> None:
     counted = CountingStorage(h.storage)
     assert Puller(counted, h.queue.keys).poll(0) == []  # type: ignore[arg-type]
     assert counted.reset() == {}
+
+
+def test_pending_tickets_are_taken_a_partition_at_a_time() -> None:
+    # GIVEN four pending tickets of partition "big", then one of "small", nobody invoked
+    h = Harness(settings=QueueSettings(batch_size=1, max_in_flight_tickets=8))
+    for i in range(4):
+        h.queue.enqueue(f"big-{i}", partition="big")
+    h.tick()
+    h.queue.enqueue("small-0", partition="small")
+    h.clock.advance(1)  # the leader lists the partitions once a second: it finds "small"
+    h.tick()
+    h.invocations.clear()
+    counted = CountingStorage(h.storage)
+    puller = Puller(counted, h.queue.keys)  # type: ignore[arg-type]
+
+    def bodies(payloads: list[dict[str, object]]) -> list[object]:
+        handler = Recorder()
+        for payload in payloads:
+            assert h.worker.process(payload, handler).status == "committed"
+        return handler.bodies()
+
+    # WHEN workers with two free threads poll, and then again
+    first = bodies(puller.poll(2))
+    assert counted.reset() == {"LIST": 1, "GET": 5}
+    second = bodies(puller.poll(2))
+    # THEN the small partition's only ticket is in the first two, not behind the backlog,
+    # and a pending ticket already read is not read again
+    assert first == ["big-0", "small-0"]
+    assert second == ["big-1", "big-2"]
+    assert counted.reset() == {"LIST": 1}

@@ -22,7 +22,9 @@ from s3queue.clock import Clock
 from s3queue.config import CoordinatorSettings, QueueSettings
 from s3queue.coordinator import Coordinator
 from s3queue.errors import S3QueueError
+from s3queue.keys import QueueKeys
 from s3queue.producer import Queue
+from s3queue.pull import Puller
 from s3queue.service import ServeSettings, serve
 from s3queue.storage.base import Storage
 from s3queue.worker import Worker
@@ -32,6 +34,7 @@ from chaos.history import History
 from chaos.process import Crash, Hazards, ProcessStorage, SkewedClock
 
 QUEUE = "chaos"
+PREFIX = "s3queue"  # the default prefix of Coordinator, Worker and Queue
 NO_HAZARDS = Hazards()
 
 
@@ -172,20 +175,30 @@ def coordinator_schedule(world: World, role: Role) -> Callable[[Actor], None]:
     return body
 
 
-def worker_process(world: World, role: Role) -> Callable[[Actor], None]:
+PULL_IDLE_S = 0.5
+"""How long a pulling worker waits after a poll that found nothing."""
+
+
+def worker_process(world: World, role: Role, *, pull: bool = False) -> Callable[[Actor], None]:
+    """A worker process, restarted after each crash: served by invocations, or (`pull`) a
+    process that is never invoked and claims what it finds by listing tickets (`Puller`)."""
+
     def body(actor: Actor) -> None:
         for incarnation in range(1, 1_000_000):
             owner = f"{role.name}.{incarnation}"
             try:
-                _serve_invocations(world, role, actor, owner)
+                _serve_invocations(world, role, actor, owner, pull=pull)
             except Crash:
                 actor.sleep(world.restart_s)
 
     return body
 
 
-def _serve_invocations(world: World, role: Role, actor: Actor, owner: str) -> None:
+def _serve_invocations(
+    world: World, role: Role, actor: Actor, owner: str, *, pull: bool = False
+) -> None:
     storage, clock = world.process(actor, role, owner)
+    puller = Puller(storage, QueueKeys(PREFIX, QUEUE))
     worker = Worker(
         storage,
         QUEUE,
@@ -199,7 +212,18 @@ def _serve_invocations(world: World, role: Role, actor: Actor, owner: str) -> No
     )
     timeout_ms = world.settings.timeout * 1000
     while True:
-        payload = world.invocations.take(actor)
+        if pull:
+            try:
+                found = puller.poll(1)
+            except S3QueueError as exc:
+                world.history.record("worker_error", owner, error=_describe(exc))
+                found = []
+            if not found:
+                actor.sleep(PULL_IDLE_S)
+                continue
+            payload = found[0]
+        else:
+            payload = world.invocations.take(actor)
         deadline = Deadline(clock, timeout_ms)
         handle = workload.handler(world.history, owner, clock.sleep, clock.now_ms, deadline.at)
         try:

@@ -94,6 +94,8 @@ class Config:
     messages: int = 100
     workers: int = 4
     coordinators: int = 2
+    pullers: int = 1
+    """Worker processes that are never invoked: they list tickets and claim (s3queue worker)."""
     settings: QueueSettings = SETTINGS
     coordination: CoordinatorSettings = COORDINATION
     serving: ServeSettings = SERVING

@@ -112,6 +112,10 @@ def _spawn(
     for i in range(1, config.workers + 1):
         name = f"w{i}"
         runner.spawn(name, actors.worker_process(world, role(name, config.worker_hazards)))
+    for i in range(1, config.pullers + 1):
+        name = f"puller{i}"
+        body = actors.worker_process(world, role(name, config.worker_hazards), pull=True)
+        runner.spawn(name, body)
     return expected
 
 

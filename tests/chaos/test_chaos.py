@@ -248,3 +248,18 @@ def test_network_faults_and_crashes_on_seaweedfs(
     assert result.report.counts["grouped"] >= 10, result.report.counts
     for kind in NETWORK:
         assert result.faults[kind] > 0, f"no {kind} injected: {dict(result.faults)}"
+
+
+def test_pulling_workers_and_partitions_are_in_every_run() -> None:
+    """Guards the workload: workers that were never invoked claim tickets (s3queue worker),
+    and messages run in every partition, checked each against the one it was sent to."""
+    for family in ("quiet", "everything"):
+        result = family_run(family, 1)
+        actors = {e.actor.split(".")[0] for e in result.history.of("exec")}
+        assert "puller1" in actors and actors & {"w1", "w2", "w3", "w4"}, actors
+        assert not result.history.of("wrong_partition")
+        sent = {
+            str(e["key"]).split("/")[2] + "/" + str(e["key"]).split("/")[3]
+            for e in result.history.of("enqueue")
+        }
+        assert {"parts/p1", "parts/p2"} <= sent and any(k.startswith("msg/") for k in sent), sent

@@ -6,10 +6,16 @@ with the same CAS claim (`Worker.process`), so the exactly-once claim, fencing a
 guarantee are those of an invoked worker: two claimers of one ticket race on its ETag and one
 wins; a ticket of a fenced epoch is rejected by the lease check as always.
 
+Fair across partitions. Pending tickets are a queue in front of the workers: taken oldest
+first, a partition's backlog of tickets would again stand in front of another partition's one
+ticket, however fairly the coordinator shared them out. So a poll takes the pending tickets a
+partition at a time in turn (a ticket holds one partition's messages), starting after the
+partition it took from last, and oldest first within each partition.
+
 Cost: one LIST of ``tickets/`` per poll, and one GET per ticket that is new or changed since the
-last poll. A claimed ticket's ETag changes only when its holder writes (claim, heartbeat,
-commit), so a busy queue's live tickets cost nothing between polls. The caller paces the polls
-(and backs off when they find nothing).
+last poll. A ticket's ETag changes only when it is written (claim, heartbeat, commit), so a
+known ticket, pending or claimed, costs nothing between polls. The caller paces the polls (and
+backs off when they find nothing).
 """
 
 from __future__ import annotations
@@ -23,12 +29,16 @@ from s3queue.storage.base import Storage
 
 
 class Puller:
-    """Finds pending tickets of one queue, oldest first, for a worker to claim."""
+    """Finds pending tickets of one queue, partitions in turn, for a worker to claim."""
 
     def __init__(self, storage: Storage, keys: QueueKeys) -> None:
         self.storage, self.keys = storage, keys
         self._seen: dict[str, str] = {}
         """Ticket key -> the ETag it had when it was not claimable (claimed, committed, bad)."""
+        self._pending: dict[str, tuple[str | None, dict[str, Any]]] = {}
+        """Ticket key -> (its partition, its payload) while its ETag is the payload's."""
+        self._served: str | None = None
+        self._turns = False
 
     def poll(self, limit: int) -> list[dict[str, Any]]:
         """Up to `limit` payloads of pending tickets (as the coordinator would invoke with)."""
@@ -37,26 +47,44 @@ class Puller:
         page = self.storage.list(self.keys.tickets)
         listed = {entry.key: entry.etag for entry in page.entries}
         self._seen = {k: v for k, v in self._seen.items() if listed.get(k) == v}
-        found: list[dict[str, Any]] = []
+        self._pending = {
+            k: found for k, found in self._pending.items() if listed.get(k) == found[1]["etag"]
+        }
         for key, etag in listed.items():
-            if len(found) >= limit:
-                break
-            if self._seen.get(key) == etag or self.keys.parse_ticket(key) is None:
+            if key in self._pending or self._seen.get(key) == etag:
                 continue
-            payload = self._pending(key)
-            if payload is not None:
-                found.append(payload)
-        return found
+            if self.keys.parse_ticket(key) is not None:
+                self._read(key)
+        return self._in_turn(limit)
 
-    def _pending(self, key: str) -> dict[str, Any] | None:
+    def _in_turn(self, limit: int) -> list[dict[str, Any]]:
+        """`limit` pending payloads, one partition at a time, after the last one served."""
+        queues: dict[str | None, list[dict[str, Any]]] = {}
+        for key in sorted(self._pending):
+            partition, payload = self._pending[key]
+            queues.setdefault(partition, []).append(payload)
+        order = sorted(queues, key=lambda p: (p is not None, p or ""))
+        if self._turns and self._served in queues:
+            at = order.index(self._served) + 1
+            order = order[at:] + order[:at]
+        taken: list[dict[str, Any]] = []
+        while len(taken) < limit and any(queues.values()):
+            for partition in order:
+                if queues[partition] and len(taken) < limit:
+                    taken.append(queues[partition].pop(0))
+                    self._served, self._turns = partition, True
+        return taken
+
+    def _read(self, key: str) -> None:
         obj = self.storage.get(key)
         if obj is None:
-            return None  # finished since the LIST
+            return  # finished since the LIST
         try:
             ticket = Ticket.decode(obj.body)
         except MalformedMessage:
             ticket = None  # the coordinator reports it; nothing to claim
         if ticket is None or ticket.state != "pending":
             self._seen[key] = obj.etag
-            return None
-        return ticket.to_payload(key, obj.etag)
+            return
+        partition = self.keys.partition_of(ticket.refs[0].key) if ticket.refs else None
+        self._pending[key] = (partition, ticket.to_payload(key, obj.etag))
