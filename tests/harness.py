@@ -8,7 +8,7 @@ from typing import Any, ClassVar
 
 from s3queue.clock import FakeClock
 from s3queue.config import CoordinatorSettings, QueueSettings
-from s3queue.coordinator import Coordinator, TickResult
+from s3queue.coordinator import Coordinator, TickResult, in_order
 from s3queue.events import Event
 from s3queue.guard import WorkerKilled
 from s3queue.model import Message
@@ -55,6 +55,7 @@ class Harness:
             clock=self.clock,
             owner=owner,
             listener=self.events.append,
+            run_all=in_order,
         )
 
     def new_worker(self, owner: str, seed: int = 7) -> Worker:

@@ -20,10 +20,11 @@ from s3queue.storage import MemoryStorage, Storage
 from s3queue.storage.s3 import S3Storage
 
 N = 100
-SINGLE = {"PUT": 131, "GET": 111, "LIST": 7, "DELETE": 20, "HEAD": 0}
+SINGLE = {"PUT": 132, "GET": 111, "LIST": 7, "DELETE": 20, "HEAD": 0}
 PACKED = {"PUT": 5, "GET": 3, "LIST": 7, "DELETE": 2, "HEAD": 0}
 # LIST: the first tick lists the partition folders (``parts/``) once; the clock stands still,
-# so the drain's other ticks are within `discover_interval` of it.
+# so the drain's other ticks are within `discover_interval` of it. PUT (single): the tick that
+# publishes the ten tickets at once first reserves a block of seqs in the lease (lease.py).
 
 
 def drain_costs(
@@ -75,5 +76,5 @@ def test_requests_per_message_on_s3(
 
 
 def test_budget_targets() -> None:
-    assert sum(SINGLE.values()) / N <= 3.0  # 2.69 requests per message
+    assert sum(SINGLE.values()) / N <= 3.0  # 2.70 requests per message
     assert sum(PACKED.values()) / N <= 0.2  # 0.17 requests per message

@@ -7,9 +7,9 @@ from collections.abc import Iterable
 import pytest
 from harness import Crash, Harness, Recorder
 from s3queue.config import CoordinatorSettings, QueueSettings
-from s3queue.coordinator import TickResult
+from s3queue.coordinator import Job, TickResult, in_order
 from s3queue.errors import Conflict
-from s3queue.lease import PENDING, read_lease
+from s3queue.lease import PENDING, LeaseDoc, read_lease
 from s3queue.model import Message
 from s3queue.scan import Candidate
 from s3queue.storage import MemoryStorage
@@ -149,7 +149,7 @@ def test_stale_leader_wakes_after_takeover_and_is_fenced() -> None:
     old.lease.doc = lease  # it still believes it leads (no renewal was due)
     old.lease.doc.epoch = 1
     old.memory.epoch = 1
-    assert old._publish([Candidate(entry.key, entry.etag, entry.size, 0, 0)], 0) == 1
+    assert old._publish([Candidate(entry.key, entry.etag, entry.size, 0, 0)], 0, 1) == 1
     # THEN no worker runs it, and the new leader deletes it
     handler = Recorder()
     results = h.work(handler)
@@ -157,6 +157,55 @@ def test_stale_leader_wakes_after_takeover_and_is_fenced() -> None:
     assert sorted(handler.bodies()) == ["m1", "m2"]
     new.tick()
     assert h.keys("tickets/") == [] and len(h.kinds("fenced")) == 1
+
+
+def test_a_leader_frozen_inside_a_block_cannot_land_its_late_ticket() -> None:
+    """Tickets published at once may land out of order (lease.py, "Blocks"): a leader freezes
+    with ticket 1-1 in S3 and 1-0 not yet; a challenger takes over, sees 1-1 and seals epoch 1
+    at 1 with a hole at 0; 1-0 lands late. Its message must not run twice."""
+    h = Harness(settings=QueueSettings(batch_size=1, max_in_flight_tickets=2))
+    h.queue.enqueue("m1")
+    h.queue.enqueue("m2")
+    old = h.coordinator
+    new = h.new_coordinator("c2")
+
+    def frozen_between(jobs: list[Job]) -> list[int | BaseException]:
+        later = jobs[1]()  # 1-1 (m2) lands first
+        h.clock.advance(h.coordination.lease_ttl + h.coordination.skew_tolerance + 1)
+        assert new.tick().dispatched == 1  # m1 again, in 2-0: 1-0 was nowhere to be seen
+        return [jobs[0](), later]  # the frozen leader wakes: 1-0 (m1) lands late
+
+    old.run_all = frozen_between
+    old.tick()
+    lease = read_lease(h.storage, h.queue.keys.lease)
+    assert lease is not None and (lease.seals, lease.holes) == ({1: 1}, {1: (0,)})
+    assert lease.blocks == {}  # epoch 1's block is sealed; epoch 2 published one ticket
+    tickets = [k.rsplit("/", 1)[1] for k in h.keys("tickets/")]
+    assert tickets == ["0000000001-0000000000", "0000000001-0000000001", "0000000002-0000000000"]
+    # THEN the late ticket is rejected, every message runs once, and the leader drops it
+    handler = Recorder()
+    results = {r.ticket.rsplit("/", 1)[1]: r.status for r in h.work(handler)}
+    assert results["0000000001-0000000000"] == "rejected"
+    assert sorted(handler.bodies()) == ["m1", "m2"]
+    new.tick()
+    assert h.keys("tickets/") == [] and len(h.kinds("fenced")) == 1
+
+
+def test_a_block_is_reserved_in_the_lease_before_its_tickets() -> None:
+    h = Harness(settings=QueueSettings(batch_size=1))
+    for i in range(3):
+        h.queue.enqueue(i)
+    seen: list[object] = []
+
+    def spy(jobs: list[Job]) -> list[int | BaseException]:
+        seen.append(read_lease(h.storage, h.queue.keys.lease))
+        return in_order(jobs)
+
+    h.coordinator.run_all = spy
+    assert h.tick().dispatched == 3
+    [lease] = seen
+    assert isinstance(lease, LeaseDoc) and lease.blocks == {1: (0, 64)}  # 4 x 16 threads
+    assert h.keys("tickets/") == [h.queue.keys.ticket(1, i) for i in range(3)]
 
 
 def test_seal_pending_defers_old_tickets() -> None:

@@ -47,10 +47,10 @@ def test_tick_cost_is_flat_in_the_backlog(backlog: int) -> None:
 def test_tick_cost_figures() -> None:
     costs = _tick_costs(1_000)
     # first tick: lease GET + PUT, LIST tickets, LIST inbox, LIST parts/ (the partitions),
-    # LIST msg/, 8 ticket PUTs
-    assert costs[0] == {"GET": 1, "PUT": 9, "LIST": 4}
-    # later dispatching ticks (within `discover_interval` of the first): LIST tickets, LIST
-    # inbox, LIST msg/ from the cursor, 8 PUTs
+    # LIST msg/, a lease PUT reserving a block of 64 seqs, 8 ticket PUTs
+    assert costs[0] == {"GET": 1, "PUT": 10, "LIST": 4}
+    # later dispatching ticks (within `discover_interval` of the first, and the block): LIST
+    # tickets, LIST inbox, LIST msg/ from the cursor, 8 PUTs
     assert costs[2] == {"LIST": 3, "PUT": 8}
     # a saturated tick: one LIST of tickets
     assert costs[1] == costs[3] == {"LIST": 1}

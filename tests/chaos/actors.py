@@ -20,7 +20,7 @@ from typing import Any, Protocol
 
 from s3queue.clock import Clock
 from s3queue.config import CoordinatorSettings, QueueSettings
-from s3queue.coordinator import Coordinator
+from s3queue.coordinator import Coordinator, Job, RunAll
 from s3queue.errors import S3QueueError
 from s3queue.keys import QueueKeys
 from s3queue.producer import Queue
@@ -157,6 +157,7 @@ def coordinator_schedule(world: World, role: Role) -> Callable[[Actor], None]:
                 clock=clock,
                 owner=owner,
                 listener=world.history.listener(owner),
+                run_all=_shuffled(actor),
             )
             run_ends = Deadline(clock, round(world.run_s * 1000))
             try:
@@ -179,6 +180,19 @@ PULL_IDLE_S = 0.5
 """How long a pulling worker waits after a poll that found nothing."""
 
 
+def _shuffled(actor: Actor) -> RunAll:
+    """A block's publications one by one in a random order, as threads may land them: a
+    later seq can be in S3 while an earlier one is not yet (or never)."""
+
+    def run_all(jobs: list[Job]) -> list[int | BaseException]:
+        results: dict[int, int | BaseException] = {}
+        for i in actor.rng.sample(range(len(jobs)), len(jobs)):
+            results[i] = jobs[i]()
+        return [results[i] for i in range(len(jobs))]
+
+    return run_all
+
+
 def worker_process(world: World, role: Role, *, pull: bool = False) -> Callable[[Actor], None]:
     """A worker process, restarted after each crash: served by invocations, or (`pull`) a
     process that is never invoked and claims what it finds by listing tickets (`Puller`)."""
@@ -198,7 +212,7 @@ def _serve_invocations(
     world: World, role: Role, actor: Actor, owner: str, *, pull: bool = False
 ) -> None:
     storage, clock = world.process(actor, role, owner)
-    puller = Puller(storage, QueueKeys(PREFIX, QUEUE))
+    puller = Puller(storage, QueueKeys(PREFIX, QUEUE), clock)
     worker = Worker(
         storage,
         QUEUE,

@@ -13,7 +13,7 @@ from typing import Any
 
 from s3queue.clock import FakeClock, SystemClock
 from s3queue.config import CoordinatorSettings, QueueSettings
-from s3queue.coordinator import Coordinator
+from s3queue.coordinator import Coordinator, in_order
 from s3queue.errors import S3QueueError
 from s3queue.producer import Queue
 from s3queue.storage import MemoryStorage
@@ -99,6 +99,7 @@ class Bench:
             clock=SkewedClock(self.clock, offset_ms),
             owner=name,
             listener=self.history.listener(name),
+            run_all=in_order,  # a block's tickets one by one: every call is a crash point
         )
 
     def worker(self, name: str, storage: Storage | None = None, offset_ms: int = 0) -> Worker:

@@ -250,10 +250,11 @@ def test_network_faults_and_crashes_on_seaweedfs(
         assert result.faults[kind] > 0, f"no {kind} injected: {dict(result.faults)}"
 
 
-def test_pulling_workers_and_partitions_are_in_every_run() -> None:
+def test_pulling_workers_partitions_and_blocks_are_in_the_runs() -> None:
     """Guards the workload: workers that were never invoked claim tickets (s3queue worker),
-    and messages run in every partition, checked each against the one it was sent to."""
-    for family in ("quiet", "everything"):
+    messages run in every partition, checked each against the one it was sent to, and a
+    leader frozen inside a block of tickets published at once leaves holes to seal."""
+    for family in ("invocations-duplicated-and-lost", "everything"):
         result = family_run(family, 1)
         actors = {e.actor.split(".")[0] for e in result.history.of("exec")}
         assert "puller1" in actors and actors & {"w1", "w2", "w3", "w4"}, actors
@@ -263,3 +264,5 @@ def test_pulling_workers_and_partitions_are_in_every_run() -> None:
             for e in result.history.of("enqueue")
         }
         assert {"parts/p1", "parts/p2"} <= sent and any(k.startswith("msg/") for k in sent), sent
+    holes = [e for e in family_run("everything", 1).history.of("seal") if e.fields.get("holes")]
+    assert holes, "no takeover met a block with unseen tickets"

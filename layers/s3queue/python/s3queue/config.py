@@ -128,6 +128,9 @@ class CoordinatorSettings:
     tombstone_ttl: float = 3600.0
     """Seconds a consumed copy's tombstone is kept (see apply.py) before the scan deletes it:
     longer than any applier stays paused between its commit and its apply."""
+    publish_concurrency: int = 16
+    """Tickets a tick publishes (PUT and invoke) at once; their seqs are reserved as a block
+    first (one lease PUT; lease.py). 1: one after another, no reservation."""
     partitions_per_tick: int = 64
     """Partitions a tick reads at most (one LIST each), in turns when a queue has more."""
     discover_interval: float = 1.0

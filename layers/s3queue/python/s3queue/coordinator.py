@@ -19,8 +19,10 @@ from __future__ import annotations
 
 import uuid
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from functools import partial
 
 from s3queue import scan
 from s3queue.admin import iter_keys
@@ -66,6 +68,8 @@ class _Memory:
     cursors: Cursors
     epoch: int = 0
     next_seq: int = 0
+    reserved: int = 0
+    """The end of our last reserved block of seqs (lease.py): tickets below it go out at once."""
     known: dict[str, Known] = field(default_factory=dict)
     partitions: list[str | None] = field(default_factory=lambda: [None])
     """The partitions found by the last LIST of ``parts/`` (None: the default, always there)."""
@@ -102,9 +106,14 @@ class Coordinator:
         clock: Clock | None = None,
         owner: str | None = None,
         listener: Listener | None = None,
+        run_all: RunAll | None = None,
     ) -> None:
         self.storage = storage
         self.keys = QueueKeys(prefix, check_queue_name(queue))
+        self.run_all = run_all or self._in_threads
+        """How a block of publications runs: threads (at most `publish_concurrency`) by default;
+        tests pass one that runs them one by one, in a chosen order."""
+        self._pool: ThreadPoolExecutor | None = None
         self.settings = settings or QueueSettings()
         self.config = coordination or CoordinatorSettings()
         self.clock = clock or SystemClock()
@@ -282,11 +291,13 @@ class Coordinator:
             self.memory.served = parts[-1].partition  # nothing to do here: read the next ones
 
     def _publish_parts(self, parts: list[_Part], now: int) -> int:
-        """Publish the batches a partition at a time in turn; move each partition's cursor on
+        """Publish the batches (a partition at a time in turn); move each partition's cursor on
         if all its batches went out, else back to where it was before this tick."""
+        order = _interleaved([part.plan.batches for part in parts])
+        published = self._publish_all([batch for _, batch in order], now)
         done: dict[int, list[int]] = {i: [] for i in range(len(parts))}
-        for i, batch in _interleaved([part.plan.batches for part in parts]):
-            done[i].append(self._publish(batch, now))
+        for (i, _), count in zip(order, published, strict=True):
+            done[i].append(count)
         for i, part in enumerate(parts):
             if all(done[i]):
                 part.cursor.advance(part.plan, part.stopped, now)
@@ -318,13 +329,59 @@ class Coordinator:
     def _in_flight_messages(self) -> int:
         return sum(r.count for r in self._live_refs())
 
-    def _publish(self, batch: list[scan.Candidate], now: int) -> int:
-        """Create one ticket (If-None-Match) and start a worker on it; its message count."""
+    def _publish_all(self, batches: list[list[scan.Candidate]], now: int) -> list[int]:
+        """Each batch's message count once published (0: not published).
+
+        One batch, or `publish_concurrency` 1: one ticket after another, the lease checked
+        before each. Several: their seqs must lie in a block reserved in the lease (one CAS,
+        `LeaderLease.reserve`, for the next `BLOCK_TICKETS_PER_THREAD` x `publish_concurrency`
+        seqs), then all are PUT and invoked at once (`run_all`). A tick returns only once every
+        PUT has, so the next block is reserved after every PUT of this one returned (lease.py
+        says why that fences). The first error is raised once every publication has returned;
+        what was published is known.
+        """
         memory = self.memory
+        if len(batches) < 2 or self.config.publish_concurrency < 2:
+            return [self._publish(batch, now, self._next_seq()) for batch in batches]
+        start, end = memory.next_seq, memory.next_seq + len(batches)
         if not self.lease.ensure() or self.lease.epoch != memory.epoch:
+            return [0] * len(batches)
+        if end > memory.reserved:  # a block lasts several ticks: one lease PUT per block
+            block = max(len(batches), BLOCK_TICKETS_PER_THREAD * self.config.publish_concurrency)
+            if not self.lease.reserve(start, start + block):
+                return [0] * len(batches)
+            memory.reserved = start + block
+        memory.next_seq = end
+        jobs: list[Job] = [
+            partial(_captured, self._publish, batch, now, start + i, checked=True)
+            for i, batch in enumerate(batches)
+        ]
+        results = self.run_all(jobs)
+        errors = [r for r in results if isinstance(r, BaseException)]
+        if errors:
+            raise errors[0]
+        return [r for r in results if not isinstance(r, BaseException)]
+
+    def _next_seq(self) -> int:
+        seq = self.memory.next_seq
+        self.memory.next_seq += 1
+        return seq
+
+    def _in_threads(self, jobs: list[Job]) -> list[int | BaseException]:
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(
+                self.config.publish_concurrency, thread_name_prefix="s3queue-publish"
+            )
+        return list(self._pool.map(lambda job: job(), jobs))
+
+    def _publish(
+        self, batch: list[scan.Candidate], now: int, seq: int, *, checked: bool = False
+    ) -> int:
+        """Create ticket `seq` (If-None-Match) and start a worker on it; its message count.
+        Unless `checked` (its block reserved), first make sure we still lead."""
+        memory = self.memory
+        if not checked and (not self.lease.ensure() or self.lease.epoch != memory.epoch):
             return 0
-        seq = memory.next_seq
-        memory.next_seq += 1
         key = self.keys.ticket(memory.epoch, seq)
         ticket = Ticket(
             self.keys.queue,
@@ -345,6 +402,28 @@ class Coordinator:
         self.emit("dispatch", now, ticket=key, refs=[c.key for c in batch], messages=count)
         self.reconciler.invoke(key, known, now, reason="new")
         return count
+
+
+BLOCK_TICKETS_PER_THREAD = 4
+"""A reserved block has room for this many ticks' worth of concurrent publications."""
+Job = Callable[[], "int | BaseException"]
+RunAll = Callable[[list[Job]], "list[int | BaseException]"]
+"""Runs publication jobs (each returns its count, or the exception it raised) and returns
+their results in the jobs' order."""
+
+
+def in_order(jobs: list[Job]) -> list[int | BaseException]:
+    """A `RunAll` that runs the jobs one by one, in order (deterministic: for tests)."""
+    return [job() for job in jobs]
+
+
+def _captured(
+    publish: Callable[..., int], batch: list[scan.Candidate], now: int, seq: int, **kw: bool
+) -> int | BaseException:
+    try:
+        return publish(batch, now, seq, **kw)
+    except Exception as exc:  # noqa: BLE001 - raised by _publish_all once all returned
+        return exc  # (a BaseException, the process dying, goes straight out)
 
 
 def fair_shares(wanted: list[int], capacity: int) -> list[int]:

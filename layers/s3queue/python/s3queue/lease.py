@@ -15,13 +15,24 @@ T created before the worker's GET. If that GET saw epoch e, the takeover came la
 challenger's LIST (after its takeover) saw T: seal >= s and T's messages count as in flight.
 If it saw epoch e+1, the worker trusts only seq <= seal. A ticket the ex-leader creates after
 the LIST has a higher seq than any it had before, so it is above the seal and never runs.
+
+Blocks: publishing many tickets at once. That last sentence holds only while a leader creates
+its tickets one after another. To have several PUTs in flight at once, a leader first
+*reserves* their seqs, ``[start, end)``, by CAS on the lease (`reserve`, which also proves it
+still leads), and reserves the next block only once every PUT of this one has returned. So a
+ticket of epoch e can land late, after a challenger's LIST, only if its seq is in e's last
+block. A challenger copies that block from the document it takes over (``blocks[e]``) and,
+sealing, marks every seq of the block at or below the seal that its LIST did not show as a
+*hole* (``holes[e]``): rejected like a seq above the seal. An unseen seq is one of: not landed
+yet (it must never run: rejected), finished and deleted (gone: rejecting it changes nothing),
+or never to land (its PUT failed). A seen one is never a hole, so no live ticket is fenced.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from s3queue.clock import Clock
@@ -41,6 +52,11 @@ class LeaseDoc:
     lease_until_ms: int
     seals: dict[int, int] = field(default_factory=dict)
     """epoch -> highest valid ticket seq of that epoch, or PENDING."""
+    blocks: dict[int, tuple[int, int]] = field(default_factory=dict)
+    """epoch -> its last reserved block of seqs ``[start, end)`` (the leader's own, or a
+    taken-over epoch's until it is sealed)."""
+    holes: dict[int, tuple[int, ...]] = field(default_factory=dict)
+    """epoch -> seqs at or below its seal that never run (unseen in its last block)."""
 
     def accepts(self, epoch: int, seq: int) -> bool | None:
         """Whether a ticket may run; None while its epoch's seal is pending (ask again later)."""
@@ -49,18 +65,22 @@ class LeaseDoc:
             return None
         if epoch == self.epoch:
             return seal is None or seq <= seal
-        return epoch < self.epoch and seal is not None and seq <= seal
+        valid = epoch < self.epoch and seal is not None and seq <= seal
+        return valid and seq not in self.holes.get(epoch, ())
 
     def encode(self, token: str) -> bytes:
-        seals = {str(k): v for k, v in sorted(self.seals.items())}
-        doc = {
+        doc: dict[str, Any] = {
             "v": 1,
             "token": token,
             "owner": self.owner,
             "epoch": self.epoch,
             "lease_until": self.lease_until_ms,
-            "seals": seals,
+            "seals": {str(k): v for k, v in sorted(self.seals.items())},
         }
+        if self.blocks:
+            doc["blocks"] = {str(k): list(v) for k, v in sorted(self.blocks.items())}
+        if self.holes:
+            doc["holes"] = {str(k): list(v) for k, v in sorted(self.holes.items())}
         return json.dumps(doc, separators=(",", ":")).encode()
 
     @classmethod
@@ -68,9 +88,19 @@ class LeaseDoc:
         try:
             doc: dict[str, Any] = json.loads(data)
             seals = {int(k): int(v) for k, v in doc.get("seals", {}).items()}
-            return cls(doc.get("owner"), int(doc["epoch"]), int(doc["lease_until"]), seals)
-        except (ValueError, KeyError, TypeError) as exc:
+            blocks = {int(k): (int(v[0]), int(v[1])) for k, v in doc.get("blocks", {}).items()}
+            holes = {int(k): tuple(map(int, v)) for k, v in doc.get("holes", {}).items()}
+            owner, epoch, until = doc.get("owner"), int(doc["epoch"]), int(doc["lease_until"])
+            return cls(owner, epoch, until, seals, blocks, holes)
+        except (ValueError, KeyError, TypeError, IndexError) as exc:
             raise MalformedMessage(f"undecodable coordinator lease: {exc}") from exc
+
+    def evolve(self, **changes: Any) -> LeaseDoc:
+        """A copy with `changes`; the maps copied, never shared."""
+        copy = replace(
+            self, seals=dict(self.seals), blocks=dict(self.blocks), holes=dict(self.holes)
+        )
+        return replace(copy, **changes)
 
 
 def read_lease(storage: Storage, key: str) -> LeaseDoc | None:
@@ -131,14 +161,22 @@ class LeaderLease:
             return False
         seals = dict(current.seals)
         seals.setdefault(current.epoch, PENDING)  # a clean release already sealed its epoch
-        taken = LeaseDoc(self.owner, current.epoch + 1, now + self._ttl, seals)
+        # The last block of each epoch still to seal: where its late tickets may be.
+        blocks = {e: b for e, b in current.blocks.items() if seals.get(e) == PENDING}
+        taken = current.evolve(
+            owner=self.owner,
+            epoch=current.epoch + 1,
+            lease_until_ms=now + self._ttl,
+            seals=seals,
+            blocks=blocks,
+        )
         self._etag = obj.etag
         return self._write(taken)
 
     def _write(
         self, doc: LeaseDoc, *, lease_until: int | None = None, create: bool = False
     ) -> bool:
-        new = LeaseDoc(doc.owner, doc.epoch, lease_until or doc.lease_until_ms, dict(doc.seals))
+        new = doc.evolve(lease_until_ms=lease_until or doc.lease_until_ms)
         token = new_token()
         try:
             if create:
@@ -170,17 +208,33 @@ class LeaderLease:
     def pending_seals(self) -> list[int]:
         return [e for e, s in (self.doc.seals.items() if self.doc else ()) if s == PENDING]
 
-    def update_seals(self, seals: dict[int, int]) -> bool:
-        """Replace the seals (fill pending ones, drop epochs without tickets) by CAS."""
+    def update_seals(self, seals: dict[int, int], holes: dict[int, tuple[int, ...]]) -> bool:
+        """Replace the seals and holes (fill pending ones, drop epochs without tickets) by CAS;
+        a sealed epoch's block is no longer needed."""
         if self.doc is None:
             return False
-        doc = LeaseDoc(self.owner, self.doc.epoch, self.doc.lease_until_ms, seals)
+        own = self.doc.epoch
+        blocks = {e: b for e, b in self.doc.blocks.items() if e == own}
+        return self._write(self.doc.evolve(seals=seals, holes=holes, blocks=blocks))
+
+    def reserve(self, start: int, end: int) -> bool:
+        """Reserve seqs ``[start, end)`` of our epoch for tickets published at once (module
+        docstring), renewing the lease; False if we no longer lead."""
+        if self.doc is None:
+            return False
+        doc = self.doc.evolve(
+            lease_until_ms=self._clock.now_ms() + self._ttl,
+            blocks={**self.doc.blocks, self.doc.epoch: (start, end)},
+        )
         return self._write(doc)
 
     def release(self, last_seq: int) -> None:
-        """Hand over at once: seal our epoch at its last ticket and let the lease lapse."""
+        """Hand over at once: seal our epoch at its last ticket and let the lease lapse (every
+        PUT of ours has returned: no ticket of ours can land later, no holes are needed)."""
         if self.doc is None:
             return
-        seals = {**self.doc.seals, self.doc.epoch: last_seq}
-        self._write(LeaseDoc(self.owner, self.doc.epoch, 0, seals), lease_until=0)
+        own = self.doc.epoch
+        seals = {**self.doc.seals, own: last_seq}
+        blocks = {e: b for e, b in self.doc.blocks.items() if e != own}
+        self._write(self.doc.evolve(lease_until_ms=0, seals=seals, blocks=blocks), lease_until=0)
         self.doc = self._etag = None

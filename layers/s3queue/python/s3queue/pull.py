@@ -16,23 +16,34 @@ Cost: one LIST of ``tickets/`` per poll, and one GET per ticket that is new or c
 last poll. A ticket's ETag changes only when it is written (claim, heartbeat, commit), so a
 known ticket, pending or claimed, costs nothing between polls. The caller paces the polls (and
 backs off when they find nothing).
+
+A ticket offered but not claimed (another won it, or it is fenced, or its epoch's seal is
+pending) is not offered again by the same puller while its ETag is unchanged, for `RETRY_MS`:
+a fenced ticket waits for the leader to drop it, and polling it in a loop would only spin.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from s3queue.clock import Clock, SystemClock
 from s3queue.errors import MalformedMessage
 from s3queue.keys import QueueKeys
 from s3queue.model import Ticket
 from s3queue.storage.base import Storage
 
+RETRY_MS = 10_000
+"""How long a puller leaves a pending ticket it offered alone, while it stays unchanged."""
+
 
 class Puller:
     """Finds pending tickets of one queue, partitions in turn, for a worker to claim."""
 
-    def __init__(self, storage: Storage, keys: QueueKeys) -> None:
+    def __init__(self, storage: Storage, keys: QueueKeys, clock: Clock | None = None) -> None:
         self.storage, self.keys = storage, keys
+        self.clock = clock or SystemClock()
+        self._offered: dict[str, tuple[str, int]] = {}
+        """Ticket key -> (ETag, when) it was last offered."""
         self._seen: dict[str, str] = {}
         """Ticket key -> the ETag it had when it was not claimable (claimed, committed, bad)."""
         self._pending: dict[str, tuple[str | None, dict[str, Any]]] = {}
@@ -50,17 +61,28 @@ class Puller:
         self._pending = {
             k: found for k, found in self._pending.items() if listed.get(k) == found[1]["etag"]
         }
+        now = self.clock.now_ms()
+        self._offered = {
+            k: (etag, at)
+            for k, (etag, at) in self._offered.items()
+            if listed.get(k) == etag and now - at < RETRY_MS
+        }
         for key, etag in listed.items():
             if key in self._pending or self._seen.get(key) == etag:
                 continue
             if self.keys.parse_ticket(key) is not None:
                 self._read(key)
-        return self._in_turn(limit)
+        taken = self._in_turn(limit)
+        for payload in taken:
+            self._offered[payload["ticket"]] = (payload["etag"], now)
+        return taken
 
     def _in_turn(self, limit: int) -> list[dict[str, Any]]:
         """`limit` pending payloads, one partition at a time, after the last one served."""
         queues: dict[str | None, list[dict[str, Any]]] = {}
         for key in sorted(self._pending):
+            if key in self._offered:
+                continue
             partition, payload = self._pending[key]
             queues.setdefault(partition, []).append(payload)
         order = sorted(queues, key=lambda p: (p is not None, p or ""))

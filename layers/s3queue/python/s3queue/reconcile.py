@@ -71,18 +71,30 @@ class Reconciler:
         """Fix the highest valid seq of every taken-over epoch, and forget empty epochs."""
         doc = self.lease.doc
         assert doc is not None
-        highest: dict[int, int] = {}
+        seen: dict[int, set[int]] = {}
         for entry in listed:
             parsed = self.keys.parse_ticket(entry.key)
             if parsed is not None:
-                highest[parsed[0]] = max(highest.get(parsed[0], -1), parsed[1])
+                seen.setdefault(parsed[0], set()).add(parsed[1])
+        highest = {epoch: max(seqs) for epoch, seqs in seen.items()}
         seals = {
             epoch: highest[epoch] if seal < 0 else seal
             for epoch, seal in doc.seals.items()
             if epoch in highest
         }
-        sealed = self.lease.update_seals(seals)
-        self.emit("seal", self.clock.now_ms(), epoch=doc.epoch, seals=seals, ok=sealed)
+        holes = {e: h for e, h in doc.holes.items() if e in seals}
+        for epoch, seal in doc.seals.items():
+            block = doc.blocks.get(epoch)
+            if seal < 0 and block is not None and epoch in seals:
+                # unseen seqs of its last block at or below the seal: never to run (lease.py)
+                start, end = block
+                unseen = [
+                    q for q in range(start, min(end, seals[epoch] + 1)) if q not in seen[epoch]
+                ]
+                if unseen:
+                    holes[epoch] = tuple(unseen)
+        sealed = self.lease.update_seals(seals, holes)
+        self.emit("seal", self.clock.now_ms(), epoch=doc.epoch, seals=seals, holes=holes, ok=sealed)
         return sealed
 
     def reconcile(self, listed: list[Entry], known: dict[str, Known], cursors: Cursors) -> int:
