@@ -172,7 +172,7 @@ class TestConflicts:
         injector(client, "PutObject", 409, "ConditionalRequestConflict")
         etag = store.put("k", b"x", if_none_match=True)
         assert len(sleeps) == 1
-        assert store.head("k") == Head(etag, None)
+        assert store.head("k") == Head(etag, None, {}, 1)
 
     def test_409_that_persists_is_an_error_not_a_lost_race(
         self, store: S3Storage, client: Any, injector: Inject

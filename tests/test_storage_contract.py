@@ -165,7 +165,7 @@ class TestDelete:
         etag = storage.put("q/a", b"x")
         storage.delete_many([])
         storage.delete_many(iter(()))
-        assert storage.head("q/a") == Head(etag, None)
+        assert storage.head("q/a") == Head(etag, None, {}, 1)
 
 
 class TestList:
@@ -324,3 +324,23 @@ class TestStartAfterAFolderName:
             storage.put(key, b"x")
         keys = [e.key for e in storage.list("q/inbox/", start_after="q/inbox/x").entries]
         assert keys == ["q/inbox/x/1.json", "q/inbox/x/2.json", "q/inbox/y.json"]
+
+
+class TestMetadata:
+    """User metadata (``x-amz-meta-*``): what another service's PUT carries as attributes."""
+
+    def test_get_and_head_return_the_metadata_lowercased(self, storage: Storage) -> None:
+        storage.put("q/a", b"body", metadata={"Tenant": "acme", "trace-id": "t-1"})
+        obj, head = storage.get("q/a"), storage.head("q/a")
+        assert obj is not None and obj.metadata == {"tenant": "acme", "trace-id": "t-1"}
+        assert head is not None and head.metadata == obj.metadata and head.size == 4
+
+    def test_the_writers_token_is_not_metadata(self, storage: Storage) -> None:
+        storage.put("q/a", b"x", token="tok-1", metadata={"tenant": "acme"})
+        obj, head = storage.get("q/a"), storage.head("q/a")
+        assert obj is not None and obj.metadata == {"tenant": "acme"}
+        assert head is not None and (head.token, head.metadata) == ("tok-1", {"tenant": "acme"})
+
+    def test_no_metadata_is_an_empty_dict(self, storage: Storage) -> None:
+        storage.put("q/a", b"x", token="tok-1")
+        assert (obj := storage.get("q/a")) is not None and obj.metadata == {}

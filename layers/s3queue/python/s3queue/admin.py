@@ -7,10 +7,10 @@ changed since the last call with the same `TicketCache` (every ticket the first 
 
 A dead letter, as `dead_letters` returns it (one schema, also ``s3queue dlq list --json``):
 ``id``, ``queue``, ``key`` (its DLQ object; pass the last one as ``after=`` for the next page),
-``group`` and ``partition`` (or None), ``attempts`` (deliveries, the last included),
-``reason`` (the last error), ``errors`` (``[{attempt, at, error}]``, ``at`` in epoch ms),
-``enqueued_ms``, ``dead_ms``, and ``body`` with ``body_encoding``: ``"json"`` (the body as
-enqueued) or ``"base64"`` (bytes).
+``group`` and ``partition`` (or None), ``attributes`` (a dict, empty when none),
+``attempts`` (deliveries, the last included), ``reason`` (the last error), ``errors``
+(``[{attempt, at, error}]``, ``at`` in epoch ms), ``enqueued_ms``, ``dead_ms``, and ``body``
+with ``body_encoding``: ``"json"`` (the body as enqueued) or ``"base64"`` (bytes).
 """
 
 from __future__ import annotations
@@ -161,6 +161,7 @@ def dead_letter(key: str, data: bytes) -> dict[str, Any]:
         "key": key,
         "group": doc.get("group"),
         "partition": doc.get("partition"),
+        "attributes": dict(doc.get("attrs") or {}),
         "attempts": doc.get("attempts", len(errors) or None),
         "reason": doc.get("reason"),
         "errors": errors,

@@ -26,6 +26,7 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from s3queue.attributes import from_metadata
 from s3queue.errors import Conflict, MalformedMessage
 from s3queue.keys import MsgKey, QueueKeys, ticket_name
 from s3queue.model import (
@@ -63,7 +64,8 @@ def load_ref(storage: Storage, keys: QueueKeys, ref: Ref, max_bytes: int) -> Loa
         except MalformedMessage as exc:
             return Loaded([_foreign(name, obj.body, obj.last_modified_ms)], str(exc))
     else:
-        records = [_foreign(name, obj.body, obj.last_modified_ms)]
+        attributes = from_metadata(obj.metadata)
+        records = [_foreign(name, obj.body, obj.last_modified_ms, attributes)]
     if len(obj.body) > max_bytes:
         return Loaded(records, f"oversized: {len(obj.body)} bytes > {max_bytes}")
     return Loaded(records)

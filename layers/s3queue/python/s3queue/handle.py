@@ -89,6 +89,7 @@ class Runner:
             f"{queue}:{record.id}",
             redelivered,
             self.keys.partition_of(ref.key),
+            dict(record.attributes),
         )
 
     def _call(self, handler: Handler, message: Message, ref: Ref, record: Record) -> Outcome:

@@ -49,6 +49,8 @@ class Message:
     partition: str | None = None
     """The partition it was enqueued into (``enqueue(partition=)``, or the first folder of an
     ``inbox/<partition>/<name>`` PUT); None for the default partition."""
+    attributes: dict[str, str] = field(default_factory=dict)
+    """String metadata given at enqueue (``attributes=``), or a plain PUT's ``x-amz-meta-*``."""
 
 
 @dataclass(slots=True)
@@ -66,6 +68,7 @@ class Record:
     """The body is bytes (stored base64)."""
     redelivered: bool = False
     """Released from a ticket whose lease had expired: it may have run (`Message.redelivered`)."""
+    attributes: dict[str, str] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"id": self.id, "enqueued_ms": self.enqueued_ms}
@@ -83,6 +86,8 @@ class Record:
             out["dedup"] = True
         if self.redelivered:
             out["redelivered"] = True
+        if self.attributes:
+            out["attrs"] = self.attributes
         return out
 
     @classmethod
@@ -99,18 +104,26 @@ class Record:
             dedup=bool(data.get("dedup", False)),
             raw=raw,
             redelivered=bool(data.get("redelivered", False)),
+            attributes={str(k): str(v) for k, v in dict(data.get("attrs") or {}).items()},
         )
 
 
-def record_for(message_id: str, body: Any, now_ms: int, group: str | None = None) -> Record:
+def record_for(
+    message_id: str,
+    body: Any,
+    now_ms: int,
+    group: str | None = None,
+    attributes: dict[str, str] | None = None,
+) -> Record:
     """A new record; bytes stay bytes, anything else must be JSON-serialisable."""
+    attrs = dict(attributes or {})
     if isinstance(body, bytes | bytearray | memoryview):
-        return Record(message_id, bytes(body), now_ms, group, raw=True)
+        return Record(message_id, bytes(body), now_ms, group, raw=True, attributes=attrs)
     try:
         json.dumps(body, allow_nan=False)  # NaN and Infinity are not JSON
     except (TypeError, ValueError) as exc:
         raise MalformedMessage(f"message body is not JSON-serialisable: {exc}") from exc
-    return Record(message_id, body, now_ms, group)
+    return Record(message_id, body, now_ms, group, attributes=attrs)
 
 
 def encode_records(records: list[Record], token: str) -> bytes:
@@ -135,12 +148,15 @@ def foreign_id(name: str) -> str:
     return f"{safe}-{hashlib.sha1(name.encode(), usedforsecurity=False).hexdigest()[:10]}"
 
 
-def foreign_record(name: str, data: bytes, modified_ms: int) -> Record:
+def foreign_record(
+    name: str, data: bytes, modified_ms: int, attributes: dict[str, str] | None = None
+) -> Record:
     """A message put by another service: JSON when it parses, raw bytes otherwise."""
+    attrs = dict(attributes or {})
     try:
-        return Record(foreign_id(name), json.loads(data), modified_ms)
+        return Record(foreign_id(name), json.loads(data), modified_ms, attributes=attrs)
     except (ValueError, UnicodeDecodeError):
-        return Record(foreign_id(name), data, modified_ms, raw=True)
+        return Record(foreign_id(name), data, modified_ms, raw=True, attributes=attrs)
 
 
 @dataclass(frozen=True, slots=True)

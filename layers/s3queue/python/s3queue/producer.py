@@ -24,6 +24,7 @@ from datetime import timedelta
 from typing import Any
 
 from s3queue import admin
+from s3queue.attributes import check_attributes
 from s3queue.clock import Clock, SystemClock
 from s3queue.errors import Conflict, InvalidArgument, MalformedMessage
 from s3queue.events import Emitter, Listener
@@ -96,6 +97,7 @@ class Queue:
         delay: Delay = 0,
         group: str | None = None,
         partition: str | None = None,
+        attributes: Mapping[str, str] | None = None,
     ) -> str:
         """Add one message (one PUT) and return its id.
 
@@ -104,18 +106,20 @@ class Queue:
         ``timedelta``), from 0 to `MAX_DELAY`. Messages of one ``group`` are handled in enqueue
         order, one at a time. A ``partition`` (a tenant, a client: 1-64 of ``[A-Za-z0-9_.-]``)
         is served fairly beside the others, whatever their backlogs; a group lives inside its
-        partition. A bad argument raises `InvalidArgument` (a bad body `MalformedMessage`)
-        before anything is written.
+        partition. ``attributes`` (str to str, see `s3queue.attributes`) reach the handler as
+        ``message.attributes``. A bad argument raises `InvalidArgument` (a bad body
+        `MalformedMessage`) before anything is written.
         """
         delay_ms = _delay_ms(delay)
         _check_group(group)
+        attrs = check_attributes(attributes)
         if id is not None:
             check_message_id(id)
         keys = self.keys.partitioned(check_partition(partition))
         now = self.clock.now_ms()
         visible = now + delay_ms
         message_id = id if id is not None else new_id(now)
-        record = record_for(message_id, body, now, group)
+        record = record_for(message_id, body, now, group, attrs)
         record.dedup = id is not None
         # The key's id is always a generated one: keys of one millisecond sort by it, and only
         # generated ids follow enqueue order (a group's FIFO); an explicit id is in the record.
@@ -135,15 +139,22 @@ class Queue:
         return message_id
 
     def enqueue_many(
-        self, bodies: Iterable[Any], *, delay: Delay = 0, partition: str | None = None
+        self,
+        bodies: Iterable[Any],
+        *,
+        delay: Delay = 0,
+        partition: str | None = None,
+        attributes: Mapping[str, str] | None = None,
     ) -> list[str]:
         """Add many messages packed into as few objects as possible (one PUT per 4 MiB), all
         in one ``partition`` (None: the default one).
 
-        Every body is checked before the first PUT: one bad body writes nothing.
+        ``attributes`` go with every message. Every body is checked before the first PUT: one
+        bad body writes nothing.
         """
         delay_ms = _delay_ms(delay)
         keys = self.keys.partitioned(check_partition(partition))
+        attrs = check_attributes(attributes)
         if isinstance(bodies, str | bytes | bytearray | memoryview | Mapping):
             raise InvalidArgument(
                 f"enqueue_many takes an iterable of bodies, not one {type(bodies).__name__} "
@@ -151,7 +162,7 @@ class Queue:
             )
         now = self.clock.now_ms()
         visible = now + delay_ms
-        records = [record_for(new_id(now), body, now) for body in bodies]
+        records = [record_for(new_id(now), body, now, attributes=attrs) for body in bodies]
         for chunk in _pack(records):
             object_id = chunk[0].id if len(chunk) == 1 else new_id(now)
             key = keys.msg_key(MsgKey(visible, object_id, count=len(chunk)))

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import itertools
 import os
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from s3queue.errors import Conflict, StorageError
@@ -27,6 +27,8 @@ class Object:
     body: bytes
     etag: str
     last_modified_ms: int
+    metadata: dict[str, str] = field(default_factory=dict)
+    """Its user metadata (``x-amz-meta-*``, names lowercased), the writer's token left out."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,6 +37,9 @@ class Head:
 
     etag: str
     token: str | None
+    metadata: dict[str, str] = field(default_factory=dict)
+    """As `Object.metadata`."""
+    size: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,7 +68,7 @@ class Storage(Protocol):
         ...
 
     def head(self, key: str) -> Head | None:
-        """The object's ETag and writer token, or None if it does not exist."""
+        """The object's ETag, writer token, metadata and size, or None if it does not exist."""
         ...
 
     def put(
@@ -74,8 +79,12 @@ class Storage(Protocol):
         if_match: str | None = None,
         if_none_match: bool = False,
         token: str | None = None,
+        metadata: Mapping[str, str] | None = None,
     ) -> str:
-        """Write the object and return its new ETag; `Conflict` if a condition failed."""
+        """Write the object and return its new ETag; `Conflict` if a condition failed.
+
+        `metadata` becomes the object's user metadata (what another service's PUT may carry);
+        the library's own documents keep everything in their bodies."""
         ...
 
     def delete(self, key: str, *, if_match: str | None = None) -> None:

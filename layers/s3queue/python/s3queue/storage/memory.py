@@ -5,7 +5,7 @@ from __future__ import annotations
 import bisect
 import hashlib
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from s3queue.clock import Clock, SystemClock
@@ -19,6 +19,7 @@ class _Stored:
     etag: str
     token: str | None
     modified_ms: int
+    metadata: dict[str, str]
 
 
 class MemoryStorage:
@@ -39,12 +40,14 @@ class MemoryStorage:
             stored = self._objects.get(key)
             if stored is None:
                 return None
-            return Object(key, stored.body, stored.etag, stored.modified_ms)
+            return Object(key, stored.body, stored.etag, stored.modified_ms, dict(stored.metadata))
 
     def head(self, key: str) -> Head | None:
         with self._lock:
             stored = self._objects.get(key)
-            return None if stored is None else Head(stored.etag, stored.token)
+            if stored is None:
+                return None
+            return Head(stored.etag, stored.token, dict(stored.metadata), len(stored.body))
 
     def put(
         self,
@@ -54,16 +57,24 @@ class MemoryStorage:
         if_match: str | None = None,
         if_none_match: bool = False,
         token: str | None = None,
+        metadata: Mapping[str, str] | None = None,
     ) -> str:
+        meta = {k.lower(): v for k, v in (metadata or {}).items()}  # as S3 stores them
         try:
-            return self._put(key, body, if_match, if_none_match, token)
+            return self._put(key, body, if_match, if_none_match, token, meta)
         except Conflict:
             return settle_put_conflict(
                 self, key, token=token, if_match=if_match, if_none_match=if_none_match
             )
 
     def _put(
-        self, key: str, body: bytes, if_match: str | None, if_none_match: bool, token: str | None
+        self,
+        key: str,
+        body: bytes,
+        if_match: str | None,
+        if_none_match: bool,
+        token: str | None,
+        metadata: dict[str, str],
     ) -> str:
         with self._lock:
             current = self._objects.get(key)
@@ -74,7 +85,7 @@ class MemoryStorage:
             etag = hashlib.md5(body, usedforsecurity=False).hexdigest()
             if current is None:
                 bisect.insort(self._keys, key)
-            self._objects[key] = _Stored(body, etag, token, self._clock.now_ms())
+            self._objects[key] = _Stored(body, etag, token, self._clock.now_ms(), metadata)
             return etag
 
     def delete(self, key: str, *, if_match: str | None = None) -> None:

@@ -129,7 +129,8 @@ class S3Storage:
             response = self._client.get_object(Bucket=self.bucket, Key=key)
             # Read inside the retried call: a connection dropped mid-body is retried too.
             body = response["Body"].read()
-            return Object(key, body, _etag(response), _ms(response["LastModified"]))
+            meta = _user_metadata(response)
+            return Object(key, body, _etag(response), _ms(response["LastModified"]), meta)
 
         try:
             return self._run("GetObject", key, fetch)
@@ -141,7 +142,9 @@ class S3Storage:
             response = self._call("head_object", key, Key=key)
         except _Missing:
             return None
-        return Head(_etag(response), response.get("Metadata", {}).get(TOKEN_METADATA))
+        token = response.get("Metadata", {}).get(TOKEN_METADATA)
+        size = int(response.get("ContentLength", 0))
+        return Head(_etag(response), token, _user_metadata(response), size)
 
     def put(
         self,
@@ -151,14 +154,18 @@ class S3Storage:
         if_match: str | None = None,
         if_none_match: bool = False,
         token: str | None = None,
+        metadata: Mapping[str, str] | None = None,
     ) -> str:
         params: dict[str, Any] = {"Key": key, "Body": body}
         if if_match is not None:
             params["IfMatch"] = f'"{if_match}"'
         if if_none_match:
             params["IfNoneMatch"] = "*"
-        if token is not None:
-            params["Metadata"] = {TOKEN_METADATA: token}
+        if token is not None or metadata:
+            sent = dict(metadata or {})
+            if token is not None:
+                sent[TOKEN_METADATA] = token
+            params["Metadata"] = sent
         try:
             return _etag(self._put(key, params, token if if_none_match else None))
         except Conflict:
@@ -316,6 +323,12 @@ class S3Storage:
                 f"no S3 server answered at {endpoint} for {where}: {exc}; is it running?"
             ), True
         return StorageError(f"{where} failed: {exc}"), False
+
+
+def _user_metadata(response: dict[str, Any]) -> dict[str, str]:
+    """A response's user metadata without the writer's token."""
+    metadata = response.get("Metadata") or {}
+    return {str(k).lower(): str(v) for k, v in metadata.items() if k != TOKEN_METADATA}
 
 
 def _from_client_error(exc: ClientError, where: str, bucket: str) -> tuple[S3QueueError, bool]:
