@@ -6,9 +6,10 @@ import itertools
 import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import BinaryIO, Protocol
 
 from s3queue.errors import Conflict, StorageError
+from s3queue.storage.streams import Source
 
 _counter = itertools.count()
 _PROCESS = os.urandom(6).hex()
@@ -40,6 +41,7 @@ class Head:
     metadata: dict[str, str] = field(default_factory=dict)
     """As `Object.metadata`."""
     size: int = 0
+    last_modified_ms: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +91,23 @@ class Storage(Protocol):
 
     def delete(self, key: str, *, if_match: str | None = None) -> None:
         """Delete the object; missing is fine, a changed ETag is `Conflict`."""
+        ...
+
+    def open(self, key: str, *, etag: str | None = None) -> BinaryIO | None:
+        """A readable binary stream of the object, fetched as it is read (a streamed GET that
+        a dropped connection resumes with a ranged one); None if it does not exist. With
+        `etag`, `Conflict` if the object is another version (If-Match)."""
+        ...
+
+    def put_file(self, key: str, source: Source) -> Head:
+        """Write an object from a path or a readable binary file without holding it in memory
+        (multipart above a threshold): unconditional, for keys nobody else writes. Its head."""
+        ...
+
+    def copy(self, source: str, dest: str, *, if_match: str, size: int) -> None:
+        """Server-side copy of `source`, if still at version `if_match`, to `dest` (overwritten;
+        `size` picks one CopyObject or a multipart copy); `Conflict` if the source is gone or
+        another version. No byte passes through this process."""
         ...
 
     def delete_many(self, keys: Iterable[str]) -> None:

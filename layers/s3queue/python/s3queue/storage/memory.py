@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import bisect
 import hashlib
+import io
+import os
 import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import BinaryIO
 
 from s3queue.clock import Clock, SystemClock
 from s3queue.errors import Conflict
 from s3queue.storage.base import Entry, Head, Object, Page, settle_put_conflict
+from s3queue.storage.streams import Source
 
 
 @dataclass(slots=True)
@@ -47,7 +51,13 @@ class MemoryStorage:
             stored = self._objects.get(key)
             if stored is None:
                 return None
-            return Head(stored.etag, stored.token, dict(stored.metadata), len(stored.body))
+            return Head(
+                stored.etag,
+                stored.token,
+                dict(stored.metadata),
+                len(stored.body),
+                stored.modified_ms,
+            )
 
     def put(
         self,
@@ -96,6 +106,33 @@ class MemoryStorage:
             if if_match is not None and current.etag != if_match:
                 raise Conflict(f"{key} changed")
             self._remove(key)
+
+    def open(self, key: str, *, etag: str | None = None) -> BinaryIO | None:
+        with self._lock:
+            stored = self._objects.get(key)
+            if stored is None:
+                return None
+            if etag is not None and stored.etag != etag:
+                raise Conflict(f"{key} changed")
+            return io.BytesIO(stored.body)
+
+    def put_file(self, key: str, source: Source) -> Head:
+        if isinstance(source, str | os.PathLike):
+            with open(source, "rb") as stream:
+                body = stream.read()
+        else:
+            body = source.read()
+        self.put(key, body)
+        head = self.head(key)
+        assert head is not None
+        return head
+
+    def copy(self, source: str, dest: str, *, if_match: str, size: int) -> None:
+        with self._lock:
+            stored = self._objects.get(source)
+            if stored is None or stored.etag != if_match:
+                raise Conflict(f"copy source {source} is gone or changed")
+        self.put(dest, stored.body)
 
     def delete_many(self, keys: Iterable[str]) -> None:
         with self._lock:
