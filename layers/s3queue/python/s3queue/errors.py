@@ -12,6 +12,7 @@ S3QueueError
  |    +-- InvalidName    a queue name or message id that cannot be part of a key
  +-- InvokeFailed        Lambda did not accept a worker invocation
  +-- MalformedMessage    a body that cannot be encoded, or an object that cannot be decoded
+ +-- PayloadMissing      a message's payload object is gone (purged, or overwritten in inbox/)
  +-- LeaseLost           a worker's lease on a ticket was taken over; it must stop
  +-- PermanentError      raised by a handler: send the message to the DLQ at once
  +-- HandlerExit         recorded when a handler raised a BaseException (sys.exit(), ...)
@@ -67,6 +68,11 @@ class InvokeFailed(S3QueueError):
 
 class MalformedMessage(S3QueueError):
     """A message body or stored object that cannot be encoded or decoded."""
+
+
+class PayloadMissing(S3QueueError):
+    """A message's payload object is gone or was replaced (purged, or an inbox object
+    overwritten while its message was in flight)."""
 
 
 class LeaseLost(S3QueueError):

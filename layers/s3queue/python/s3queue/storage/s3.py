@@ -30,9 +30,14 @@ Such a server still orders a folder before a sibling that extends its name with 
 ``/`` (``a/x`` before ``a-b``, where AWS has ``a-b`` first; a queue's own keys never do): that
 order is kept, so a walk from each page's last key still sees every key once.
 
+Large objects. `open` is a streamed GET resumed by ranged GETs (`streams.ResumableReader`),
+`put_file` boto3's managed (multipart) upload, `copy` a server-side CopyObject (a managed
+multipart copy above 5 GiB).
+
 Over ~300 lines by choice: this is the one module that talks to boto3 (the `Storage` methods,
 the retry loop and its recheck, error translation, client construction); what needs no boto3
-lives in `sending.py` (what we send) and `responses.py` (what S3 answers).
+lives in `sending.py` (what we send), `responses.py` (what S3 answers) and `streams.py` (the
+resumable stream).
 """
 
 from __future__ import annotations
