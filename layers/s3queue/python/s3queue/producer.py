@@ -171,7 +171,7 @@ class Queue:
         now = self.clock.now_ms()
         record = record_for(id if id is not None else new_id(now), body, now, group, attrs)
         record.dedup = id is not None
-        self.writer.put_one(keys, record, delay_ms, now)
+        self.writer.send_one(keys, record, delay_ms, now)
         return record.id
 
     def _enqueue_stream(
@@ -213,7 +213,7 @@ class Queue:
         payload = Payload(blob, head.size)
         record = Record(message_id, None, now, group, attributes=attrs, payload=payload)
         record.dedup = id is not None
-        if not self.writer.put_one(keys, record, delay_ms, now):
+        if not self.writer.send_one(keys, record, delay_ms, now):
             self.storage.delete(blob)  # the id's first message is there, with its own payload
         return message_id
 

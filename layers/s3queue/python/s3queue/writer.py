@@ -58,25 +58,33 @@ class Writer:
         marker = Marker.decode(obj.body)
         return marker.done or (marker.key is not None and self.storage.head(marker.key) is not None)
 
-    def put_one(self, keys: QueueKeys, record: Record, delay_ms: int, now: int) -> bool:
-        """Put `record` as one message object (after its marker, if its id is explicit);
-        whether it was this call's object that went in (False: the id's first one is there)."""
+    def send_one(self, keys: QueueKeys, record: Record, delay_ms: int, now: int) -> bool:
+        """`key_for`, `encode` and `put_one`: see `put_one`."""
+        key = self.key_for(record, delay_ms, now)
+        return self.put_one(keys, record, key, self.encode([record]), now)
+
+    def key_for(self, record: Record, delay_ms: int, now: int) -> MsgKey:
+        """The key of `record` as one message object enqueued at `now`."""
         visible = now + delay_ms
         # The key's id is always a generated one: keys of one millisecond sort by it, and only
         # generated ids follow enqueue order (a group's FIFO); an explicit id is in the record.
         key_id = new_id(now) if record.dedup else record.id
-        group = record.group
-        if group is not None:
-            key = MsgKey(now, key_id, group, visible if visible > now else 0)
-        else:
-            key = MsgKey(visible, key_id)
-        data = self.encode([record])
+        if record.group is not None:
+            return MsgKey(now, key_id, record.group, visible if visible > now else 0)
+        return MsgKey(visible, key_id)
+
+    def put_one(
+        self, keys: QueueKeys, record: Record, key: MsgKey, data: tuple[bytes, str], now: int
+    ) -> bool:
+        """Put `record` (encoded as `data`) as one message object at `key` (after its marker,
+        if its id is explicit); whether it was this call's object that went in (False: the
+        id's first one is there)."""
         written = True
         if record.dedup:
             key, written = self.put_once(keys, record, key, data)
         else:
             self.create(keys.msg_key(key), data)
-        if group is not None:
+        if record.group is not None:
             self.notice_if_late(keys, key)
         self.emit("enqueue", now, message_id=record.id, key=keys.msg_key(key))
         return written
