@@ -6,6 +6,7 @@ S3QueueError
  |    +-- BucketNotFound
  |    +-- AccessDenied   wrong or missing credentials, or a policy that forbids the call
  |    +-- EndpointUnreachable
+ |    +-- EnqueueIncomplete   enqueue_many stopped part of the way: which messages are durable
  +-- QueueNotFound       an admin call named a queue that has no objects
  +-- ConfigError         a setting with a wrong name, type or value
  +-- InvalidArgument     an argument refused at the door (a delay, a group; also a ValueError)
@@ -44,6 +45,29 @@ class AccessDenied(StorageError):
 
 class EndpointUnreachable(StorageError):
     """No S3 server answered at the endpoint."""
+
+
+class EnqueueIncomplete(StorageError):
+    """`enqueue_many` stopped at a failed PUT: which messages are stored and which are not.
+
+    ``durable``: ids of the messages stored; ``not_durable``: ids never written (or checked
+    absent); ``unknown``: ids whose object could not be checked either. ``retry``: the items
+    (as given) that can be passed to `enqueue_many` again without a duplicate: the not durable
+    ones, and unknown ones with an explicit id. The ids are in the order of the writes.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        durable: list[str],
+        not_durable: list[str],
+        unknown: list[str],
+        retry: list[object],
+    ) -> None:
+        super().__init__(message)
+        self.durable, self.not_durable, self.unknown = durable, not_durable, unknown
+        self.retry = retry
 
 
 class QueueNotFound(S3QueueError):

@@ -5,7 +5,6 @@ one queue. The arguments are checked here; the objects are written by `writer.Wr
 from __future__ import annotations
 
 import io
-import json
 import logging
 import math
 import numbers
@@ -14,13 +13,12 @@ from collections.abc import Iterable, Mapping
 from datetime import timedelta
 from typing import Any, BinaryIO
 
-from s3queue import admin
+from s3queue import admin, batch
 from s3queue.attributes import check_attributes
 from s3queue.clock import Clock, SystemClock
 from s3queue.errors import InvalidArgument
 from s3queue.events import Emitter, Listener
 from s3queue.keys import (
-    MsgKey,
     QueueKeys,
     check_message_id,
     check_partition,
@@ -35,8 +33,6 @@ from s3queue.writer import Writer
 
 _log = logging.getLogger(__name__)
 
-PACK_BYTES = 4 * 1024 * 1024
-"""`enqueue_many` starts a new object past this size."""
 MAX_GROUP = 128
 MAX_DELAY = timedelta(days=365)
 """The longest `delay`: a longer one is almost surely a mistake (milliseconds, or a timestamp
@@ -219,35 +215,37 @@ class Queue:
 
     def enqueue_many(
         self,
-        bodies: Iterable[Any],
+        items: Iterable[Any],
         *,
         delay: Delay = 0,
         partition: str | None = None,
         attributes: Mapping[str, str] | None = None,
     ) -> list[str]:
-        """Add many messages packed into as few objects as possible (one PUT per 4 MiB), all
-        in one ``partition`` (None: the default one).
+        """Add many messages, all in one ``partition`` (None: the default one); their ids, in
+        the order given.
 
-        ``attributes`` go with every message. Every body is checked before the first PUT: one
-        bad body writes nothing.
+        Each item is a body, or a `batch.Item` (``s3queue.Item``) with its own ``id``,
+        ``group`` and ``attributes`` (merged over ``attributes=``). Plain ones are packed into
+        as few objects as possible (one PUT per 4 MiB); one with an id or a group is an object of
+        its own, as `enqueue` writes it. Every item is checked before the first PUT: one bad item
+        writes nothing. A PUT that fails stops the batch with `EnqueueIncomplete`, which says
+        which messages are durable and which items to send again (see `batch`).
         """
         delay_ms = _delay_ms(delay)
         keys = self.keys.partitioned(check_partition(partition))
         attrs = check_attributes(attributes)
-        if isinstance(bodies, str | bytes | bytearray | memoryview | Mapping):
-            raise InvalidArgument(
-                f"enqueue_many takes an iterable of bodies, not one {type(bodies).__name__} "
-                "(use enqueue for one message)"
-            )
+        batch.check_items(items)
         now = self.clock.now_ms()
-        visible = now + delay_ms
-        records = [record_for(new_id(now), body, now, attributes=attrs) for body in bodies]
-        for chunk in _pack(records):
-            object_id = chunk[0].id if len(chunk) == 1 else new_id(now)
-            key = keys.msg_key(MsgKey(visible, object_id, count=len(chunk)))
-            self.writer.create(key, self.writer.encode(chunk))
-            self.emit("enqueue", now, message_ids=[r.id for r in chunk], key=key)
-        return [r.id for r in records]
+        writes, ids = batch.plan(
+            self.writer,
+            items,
+            now=now,
+            delay_ms=delay_ms,
+            attributes=attrs,
+            check_group=_check_group,
+        )
+        batch.send(self.writer, keys, writes, now)
+        return ids
 
     def stats(self) -> dict[str, Any]:
         """Counts of pending, delayed, in-flight and dead messages, and the oldest's age.
@@ -303,16 +301,3 @@ def _delay_ms(delay: object) -> int:
 def _check_group(group: str | None) -> None:
     if group is not None and (not isinstance(group, str) or not 0 < len(group) <= MAX_GROUP):
         raise InvalidArgument(f"group must be a string of 1-{MAX_GROUP} characters, got {group!r}")
-
-
-def _pack(records: list[Record]) -> list[list[Record]]:
-    chunks: list[list[Record]] = []
-    size = PACK_BYTES
-    for record in records:
-        length = len(json.dumps(record.to_json(), separators=(",", ":")))
-        if size + length > PACK_BYTES:
-            chunks.append([])
-            size = 0
-        chunks[-1].append(record)
-        size += length + 1
-    return chunks
