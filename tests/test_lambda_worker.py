@@ -257,7 +257,7 @@ def test_a_large_payload_through_the_worker_lambda(
 
     def handle(message: Message) -> None:
         with message.open() as stream:
-            read[message.id] = (stream.read(), message.size, message.body)
+            read[message.id] = (stream.read(), message.size, message.attributes)
 
     module = ModuleType("handlers.payloads")
     module.handle = handle  # type: ignore[attr-defined]
@@ -271,7 +271,8 @@ def test_a_large_payload_through_the_worker_lambda(
     storage = S3Storage(aws, BUCKET)
     data = bytes(range(256)) * 2048  # 512 KiB
     (tmp_path / "payload.bin").write_bytes(data)
-    message_id = Queue("payloads", storage=storage).enqueue_file(tmp_path / "payload.bin")
+    queue = Queue("payloads", storage=storage)
+    message_id = queue.enqueue_file(tmp_path / "payload.bin", attributes={"tenant": "acme"})
     invocations: list[dict[str, Any]] = []
     coordinator = Coordinator(
         storage,
@@ -285,7 +286,8 @@ def test_a_large_payload_through_the_worker_lambda(
         result = app.handler(json.loads(json.dumps(invocations[0])), FakeContext())
     finally:
         app.container.cache_clear()
-    # THEN the handler streamed the whole payload, which went with its message
+    # THEN the handler streamed the whole payload, with its attributes, and the payload went
+    # with its message
     assert result["tickets"][0]["done"] == 1
-    assert read == {message_id: (data, len(data), None)}
+    assert read == {message_id: (data, len(data), {"tenant": "acme"})}
     assert storage.list("s3queue/payloads/blobs/").entries == []
