@@ -12,7 +12,7 @@ from typing import Any, BinaryIO
 
 import pytest
 from harness import Harness, Recorder
-from s3queue import Message, PermanentError, run_local
+from s3queue import Message, PermanentError, StorageError, run_local
 from s3queue.config import QueueSettings
 from s3queue.producer import Queue
 from s3queue.storage import MemoryStorage
@@ -267,3 +267,29 @@ def test_payloads_end_to_end_on_seaweedfs(
         left = shared_s3_client.list_objects_v2(Bucket=bucket, Prefix="s3queue/jobs/" + folder)
         live = [o["Key"] for o in left.get("Contents", []) if o["Size"]]  # not tombstones
         assert live == [], folder
+
+
+class FlakyReads(MemoryStorage):
+    """Fails the first read of any payload in blobs/."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.failed = False
+
+    def open(self, key: str, *, etag: str | None = None) -> BinaryIO | None:
+        if "/blobs/" in key and not self.failed:
+            self.failed = True
+            raise StorageError(f"injected: GET {key}")
+        return super().open(key, etag=etag)
+
+
+def test_a_payload_read_that_fails_is_a_failed_delivery_retried(tmp_path: Path) -> None:
+    storage = FlakyReads()
+    h = Harness(settings=QueueSettings(backoff_base=0.01, backoff_cap=0.01), storage=storage)
+    storage._clock = h.clock
+    data = os.urandom(300 * KiB)
+    (tmp_path / "p.bin").write_bytes(data)
+    h.queue.enqueue_file(tmp_path / "p.bin")
+    handler = Recorder()
+    h.drain(handler)
+    assert [(m.attempt, m.body) for m in handler.seen] == [(2, data)]

@@ -17,7 +17,7 @@ from typing import Any
 from s3queue.backoff import compute_backoff
 from s3queue.clock import Clock
 from s3queue.config import QueueSettings
-from s3queue.errors import MalformedMessage, PayloadMissing, PermanentError
+from s3queue.errors import MalformedMessage, PayloadMissing, PermanentError, StorageError
 from s3queue.events import Emitter
 from s3queue.keys import QueueKeys
 from s3queue.model import Marker, Message, Outcome, OutcomeKind, Record, Ref, to_datetime
@@ -72,6 +72,9 @@ class Runner:
             message = self._message(ref, record, attempt, redelivered or record.redelivered)
         except PayloadMissing as exc:
             return self.outcome(ref, record, "dead", _describe(exc), attempt)
+        except StorageError as exc:  # reading its payload failed: a failed delivery, retried
+            kind: OutcomeKind = "dead" if attempt > self.settings.max_retries else "retry"
+            return self.outcome(ref, record, kind, _describe(exc), attempt)
         self.emit(
             "handler_start",
             now,
