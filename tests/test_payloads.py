@@ -293,3 +293,14 @@ def test_a_payload_read_that_fails_is_a_failed_delivery_retried(tmp_path: Path) 
     handler = Recorder()
     h.drain(handler)
     assert [(m.attempt, m.body) for m in handler.seen] == [(2, data)]
+
+
+def test_a_file_into_a_partition(tmp_path: Path) -> None:
+    h = harness()
+    (tmp_path / "p.bin").write_bytes(os.urandom(300 * KiB))
+    h.queue.enqueue_file(tmp_path / "p.bin", partition="tenant-7")
+    seen: dict[str, bytes] = {}
+    handler = reading(seen)
+    h.drain(handler)
+    assert [(m.partition, m.size) for m in handler.seen] == [("tenant-7", 300 * KiB)]
+    assert h.keys("blobs/") == []
