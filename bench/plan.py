@@ -51,6 +51,8 @@ class Plan:
     fairness_small: int = 40
     fairness_rate: float = 10.0
     fairness_workers: int = 8
+    # payload (one file through enqueue_file and message.open(); 2 GiB: --payload-bytes)
+    payload_bytes: int = 256 * 1024 * 1024
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -73,6 +75,7 @@ QUICK = replace(
     idle_worker_seconds=10.0,
     fairness_backlog=1_000,
     fairness_small=20,
+    payload_bytes=64 * 1024 * 1024,
 )
 SMOKE = replace(
     QUICK,
@@ -93,4 +96,5 @@ SMOKE = replace(
     import_runs=1,
     fairness_backlog=100,
     fairness_small=5,
+    payload_bytes=12 * 1024 * 1024,
 )

@@ -291,6 +291,27 @@ def _fairness(data: Results) -> list[str]:
     return [table(headers, rows), notes]
 
 
+def _payload(data: Results) -> list[str]:
+    rows = [
+        (
+            side,
+            data[side]["seconds"],
+            data[side]["mib_per_s"],
+            data[side]["rss_before_mib"],
+            data[side]["rss_peak_mib"],
+            data[side]["rss_growth_mib"],
+        )
+        for side in ("producer", "worker")
+    ]
+    headers = ["process", "seconds", "MiB/s", "RSS before, MiB", "peak RSS, MiB", "growth, MiB"]
+    size = data["params"]["payload_bytes"] / 1024**2
+    note = (
+        f"One {size:,.0f} MiB file: `enqueue_file(path)` in one process, the local runtime "
+        "reading it to its end through `message.open()` in another."
+    )
+    return [table(headers, rows), note]
+
+
 SECTIONS: list[tuple[str, Callable[[Results], list[str]]]] = [
     ("throughput", _throughput),
     ("latency", _latency),
@@ -300,4 +321,5 @@ SECTIONS: list[tuple[str, Callable[[Results], list[str]]]] = [
     ("coldstart", _coldstart),
     ("pool", _pool),
     ("fairness", _fairness),
+    ("payload", _payload),
 ]

@@ -25,7 +25,18 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from bench import coldstart, cost, fairness, idle, latency, pool, report, scale, throughput
+from bench import (
+    coldstart,
+    cost,
+    fairness,
+    idle,
+    latency,
+    payload,
+    pool,
+    report,
+    scale,
+    throughput,
+)
 from bench.measure import load
 from bench.plan import DEFAULT, QUICK, SMOKE, Plan
 from bench.progress import Progress
@@ -42,6 +53,7 @@ SCENARIOS: dict[str, Scenario] = {
     "coldstart": coldstart.run,
     "pool": pool.run,
     "fairness": fairness.run,
+    "payload": payload.run,
 }
 WEIGHTS = {
     "throughput": 50,
@@ -52,6 +64,7 @@ WEIGHTS = {
     "coldstart": 10,
     "pool": 90,
     "fairness": 40,
+    "payload": 20,
 }
 """Rough seconds each scenario takes at default sizes: the progress bar's proportions."""
 
@@ -68,6 +81,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--messages", type=int, help="throughput: messages per worker count")
     parser.add_argument("--workers", help="throughput: worker counts, e.g. 1,4,16")
     parser.add_argument("--scale", help="scale: backlog sizes, e.g. 1000,10000,100000")
+    parser.add_argument("--payload-bytes", type=int, help="payload: the file's size in bytes")
     return parser.parse_args(argv)
 
 
@@ -79,6 +93,8 @@ def choose_plan(args: argparse.Namespace) -> Plan:
         plan = replace(plan, workers=_ints(args.workers))
     if args.scale:
         plan = replace(plan, scale_backlogs=_ints(args.scale))
+    if args.payload_bytes:
+        plan = replace(plan, payload_bytes=args.payload_bytes)
     return plan
 
 

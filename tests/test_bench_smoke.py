@@ -27,7 +27,7 @@ from bench.target import Target
 def test_scenarios_run_and_the_report_is_written(seaweed: EmbeddedS3, tmp_path: Path) -> None:
     # GIVEN the tiniest plan, one worker count, the scenarios that talk to S3
     plan = replace(SMOKE, workers=(2,))
-    names = ["throughput", "cost", "idle", "scale", "fairness"]
+    names = ["throughput", "cost", "idle", "scale", "fairness", "payload"]
     # WHEN they run and the report is written
     with Target(server=seaweed) as target:
         scenarios = run_all(target, plan, names)
@@ -50,6 +50,8 @@ def test_scenarios_run_and_the_report_is_written(seaweed: EmbeddedS3, tmp_path: 
     assert single["per_message_by_role"]["enqueue"] == 1.0  # one PUT per enqueue
     assert scenarios["idle"]["lambda_idle"]["per_invocation_per_queue"] == 1.0  # one LIST
     assert scenarios["scale"]["flat"] is True
+    assert scenarios["payload"]["worker"]["bytes_read"] == plan.payload_bytes
+    assert "| producer |" in (tmp_path / "results.md").read_text()
     verdicts = {row.what: row.met for row in headline.rows(results)}
     assert verdicts["Idle S3 requests per minute per queue, coordinator Lambda (1 run a minute)"]
     assert "## Headline" in (tmp_path / "results.md").read_text()

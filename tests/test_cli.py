@@ -13,11 +13,13 @@ from typing import Any
 
 import pytest
 from s3queue import PermanentError, Queue, run_local
+from s3queue.keys import QueueKeys
 from s3queue.local.cli import main
 from s3queue.local.commands import parse_body
 from s3queue.local.console import ProgressLine, UsageError
 from s3queue.local.hosting import DataDirBusy, PortBusy
 from s3queue.local.seaweed import EmbeddedS3
+from s3queue.model import Record, decode_records
 from s3queue.storage.s3 import S3Storage
 
 REPO = Path(__file__).resolve().parents[1]
@@ -94,8 +96,22 @@ def test_progress_redraws_one_line_on_a_terminal() -> None:
     assert len(lines) == 2 and "4 done" in lines[0] and "9 done" in lines[1]  # first and last
 
 
+def peek(client: Any, bucket: str, queue: str) -> list[Record]:
+    """Every record pending in `queue`, read straight from the bucket."""
+    storage = S3Storage(client, bucket)
+    keys = QueueKeys("s3queue", queue)
+    records: list[Record] = []
+    for entry in storage.list(keys.msg).entries:
+        obj = storage.get(entry.key)
+        assert obj is not None
+        records += decode_records(obj.body)
+    return records
+
+
 @pytest.mark.s3
-def test_enqueue_stats_and_every_body_form(cli: Cli, tmp_path: Path) -> None:
+def test_enqueue_stats_and_every_body_form(
+    cli: Cli, tmp_path: Path, shared_s3_client: Any, bucket: str
+) -> None:
     message_id = cli.ok("enqueue", "send_email", '{"to": "ada@example.com"}').strip()
     assert len(message_id) == 26
     cli.ok("enqueue", "send_email", "just text", "--delay", "600")
@@ -103,6 +119,10 @@ def test_enqueue_stats_and_every_body_form(cli: Cli, tmp_path: Path) -> None:
     cli.ok("enqueue", "send_email", f"@{tmp_path / 'body.json'}", "--id", "order-1")
     cli.ok("enqueue", "send_email", f"@{tmp_path / 'body.json'}", "--id", "order-1")
     cli.ok("enqueue", "generate_report", '{"values": [1]}', "--group", "acme")
+    tagged = cli.ok("enqueue", "generate_report", "{}", "--attr", "tenant=acme", "--attr", "k=")
+    records = peek(shared_s3_client, bucket, "generate_report")
+    peeked = [r for r in records if r.id == tagged.strip()]
+    assert peeked[0].attributes == {"tenant": "acme", "k": ""}
     stats = json.loads(cli.ok("stats", "send_email", "--json"))
     assert (stats["pending"], stats["delayed"]) == (2, 1)
     table = cli.ok("stats")
@@ -139,6 +159,8 @@ def test_bad_input_is_one_line_and_exit_code_2(cli: Cli, tmp_path: Path) -> None
         (("dev", "--handlers", str(tmp_path / "none")), "does not exist"),
         (("enqueue", "send_email", "{}", "--delay", "-5"), "delay must be finite"),
         (("enqueue", "send_email", "{}", "--group", ""), "group must be a string of 1-128"),
+        (("enqueue", "send_email", "{}", "--attr", "tenant"), "--attr 'tenant': use NAME=VALUE"),
+        (("enqueue", "send_email", "{}", "--attr", "Tenant=a"), "invalid attribute name"),
         (("stats", "--endpoint-url", "not-a-url"), "--endpoint-url: expected an http(s) URL"),
         (("dlq", "list", "jobs", "--limit", "-1"), "--limit: expected a whole number"),
         (("dev", "--port", "80"), "--port: expected a port from 1024"),

@@ -231,11 +231,11 @@ class LostResponses(MemoryStorage):
         self.match = list(match)
         self.lost = 0
 
-    def _put(self, key, body, if_match, if_none_match, token):  # type: ignore[no-untyped-def]
-        etag = super()._put(key, body, if_match, if_none_match, token)
+    def _put(self, key, body, if_match, if_none_match, token, metadata):  # type: ignore[no-untyped-def]
+        etag = super()._put(key, body, if_match, if_none_match, token, metadata)
         if any(m in key for m in self.match):
             self.lost += 1
-            return super()._put(key, body, if_match, if_none_match, token)  # -> Conflict
+            return super()._put(key, body, if_match, if_none_match, token, metadata)  # Conflict
         return etag
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
@@ -246,3 +247,47 @@ def test_config_comes_from_the_environment_once(
 def _now_ms() -> int:
     """Fake clocks start at the real time: moto stamps objects with it."""
     return SystemClock().now_ms()
+
+
+def test_a_large_payload_through_the_worker_lambda(
+    aws: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # GIVEN a queue whose handler reads payloads by stream, and a payload over its eager limit
+    read: dict[str, tuple[bytes, int, Any]] = {}
+
+    def handle(message: Message) -> None:
+        with message.open() as stream:
+            read[message.id] = (stream.read(), message.size, message.attributes)
+
+    module = ModuleType("handlers.payloads")
+    module.handle = handle  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "handlers.payloads", module)
+    settings = {"max_message_bytes": 64 * 1024}
+    monkeypatch.setenv("S3QUEUE_BUCKET", BUCKET)
+    monkeypatch.setenv("S3QUEUE_QUEUE", "payloads")
+    monkeypatch.setenv("S3QUEUE_SETTINGS", json.dumps(settings))
+    app = load_worker_app()
+    app.container.cache_clear()
+    storage = S3Storage(aws, BUCKET)
+    data = bytes(range(256)) * 2048  # 512 KiB
+    (tmp_path / "payload.bin").write_bytes(data)
+    queue = Queue("payloads", storage=storage)
+    message_id = queue.enqueue_file(tmp_path / "payload.bin", attributes={"tenant": "acme"})
+    invocations: list[dict[str, Any]] = []
+    coordinator = Coordinator(
+        storage,
+        "payloads",
+        invoker=invocations.append,
+        settings=QueueSettings.from_mapping(settings),
+    )
+    coordinator.tick()
+    # WHEN the worker Lambda runs the ticket
+    try:
+        result = app.handler(json.loads(json.dumps(invocations[0])), FakeContext())
+    finally:
+        app.container.cache_clear()
+    # THEN the handler streamed the whole payload, with its attributes, and the payload went
+    # with its message
+    assert result["tickets"][0]["done"] == 1
+    assert read == {message_id: (data, len(data), {"tenant": "acme"})}
+    assert storage.list("s3queue/payloads/blobs/").entries == []

@@ -170,8 +170,8 @@ def test_dead_letters_page_by_key_in_one_schema() -> None:
     everything = h.queue.dead_letters(limit=None)
     assert [e["key"] for e in everything] == [e["key"] for e in page1 + page2]
     schema = {
-        "id", "queue", "key", "group", "partition", "attempts", "reason", "errors",
-        "enqueued_ms", "dead_ms", "body", "body_encoding",
+        "id", "queue", "key", "group", "partition", "attributes", "attempts", "reason",
+        "errors", "enqueued_ms", "dead_ms", "body", "body_encoding", "payload",
     }  # fmt: skip
     assert all(set(e) == schema for e in everything)
     raw = [e for e in everything if e["id"] == "raw-1"]

@@ -100,13 +100,17 @@ def test_malformed_inbox_objects_become_messages_or_dead_letters() -> None:
     h.storage.put(inbox + "good.json", json.dumps({"ok": 1}).encode())
     h.storage.put(inbox + "huge", b"x" * 5000)
     h.storage.put(h.queue.keys.msg + "0000000000001-garbage", b"not an envelope")
-    handler = Recorder()
+    read: list[bytes] = []
+    handler = Recorder(lambda m: None if m.body is not None else read.append(m.open().read()))
     h.drain(handler)
+    # An object over max_message_bytes is a message too, its payload read only if asked.
     assert sorted(map(repr, handler.bodies())) == sorted(
-        map(repr, [b"", b"\x89PNG\x00\xff", b'{"unterminated": ', {"ok": 1}])
+        map(repr, [b"", b"\x89PNG\x00\xff", b'{"unterminated": ', {"ok": 1}, None])
     )
+    [huge] = [m for m in handler.seen if m.body is None]
+    assert huge.size == 5000 and read == [b"x" * 5000]
     reasons = sorted(d["reason"].split(":")[0] for d in h.queue.dead_letters())
-    assert reasons == ["MalformedMessage", "MalformedMessage"]
+    assert reasons == ["MalformedMessage"]
     assert h.keys("inbox/") == [] and h.keys("msg/") == []
 
 

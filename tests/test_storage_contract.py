@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import io
 import time
+from pathlib import Path
+from typing import Any
 
 import pytest
 from s3queue.errors import Conflict
-from s3queue.storage import Head, Storage, new_token, s3
+from s3queue.storage import Storage, new_token, s3
 
 
 def now_ms() -> int:
@@ -165,7 +168,8 @@ class TestDelete:
         etag = storage.put("q/a", b"x")
         storage.delete_many([])
         storage.delete_many(iter(()))
-        assert storage.head("q/a") == Head(etag, None)
+        head = storage.head("q/a")
+        assert head is not None and (head.etag, head.token, head.size) == (etag, None, 1)
 
 
 class TestList:
@@ -324,3 +328,88 @@ class TestStartAfterAFolderName:
             storage.put(key, b"x")
         keys = [e.key for e in storage.list("q/inbox/", start_after="q/inbox/x").entries]
         assert keys == ["q/inbox/x/1.json", "q/inbox/x/2.json", "q/inbox/y.json"]
+
+
+class TestMetadata:
+    """User metadata (``x-amz-meta-*``): what another service's PUT carries as attributes."""
+
+    def test_get_and_head_return_the_metadata_lowercased(self, storage: Storage) -> None:
+        storage.put("q/a", b"body", metadata={"Tenant": "acme", "trace-id": "t-1"})
+        obj, head = storage.get("q/a"), storage.head("q/a")
+        assert obj is not None and obj.metadata == {"tenant": "acme", "trace-id": "t-1"}
+        assert head is not None and head.metadata == obj.metadata and head.size == 4
+
+    def test_the_writers_token_is_not_metadata(self, storage: Storage) -> None:
+        storage.put("q/a", b"x", token="tok-1", metadata={"tenant": "acme"})
+        obj, head = storage.get("q/a"), storage.head("q/a")
+        assert obj is not None and obj.metadata == {"tenant": "acme"}
+        assert head is not None and (head.token, head.metadata) == ("tok-1", {"tenant": "acme"})
+
+    def test_no_metadata_is_an_empty_dict(self, storage: Storage) -> None:
+        storage.put("q/a", b"x", token="tok-1")
+        assert (obj := storage.get("q/a")) is not None and obj.metadata == {}
+
+
+class TestStreams:
+    """Large objects: a streamed read, a write from a file, a server-side copy."""
+
+    def test_open_streams_the_object_in_pieces(self, storage: Storage) -> None:
+        body = bytes(range(256)) * 1000
+        etag = storage.put("q/big", body)
+        stream = storage.open("q/big", etag=etag)
+        assert stream is not None
+        with stream:
+            pieces = [stream.read(1000), stream.read(99_000)]
+            pieces.append(stream.read())
+        assert [len(p) for p in pieces] == [1000, 99_000, 156_000]
+        assert b"".join(pieces) == body
+
+    def test_open_a_missing_key_is_none(self, storage: Storage) -> None:
+        assert storage.open("q/none") is None
+        assert storage.open("q/none", etag="0123") is None
+
+    def test_open_another_version_is_conflict(self, storage: Storage) -> None:
+        stale = storage.put("q/a", b"v1")
+        storage.put("q/a", b"v2")
+        with pytest.raises(Conflict):
+            storage.open("q/a", etag=stale)
+
+    def test_put_file_from_a_path_and_from_a_file_object(
+        self, storage: Storage, tmp_path: Path
+    ) -> None:
+        path = tmp_path / "payload.bin"
+        path.write_bytes(b"\x00payload\xff" * 1000)
+        head = storage.put_file("q/from-path", path)
+        assert head.size == 9_000
+        with path.open("rb") as source:
+            assert storage.put_file("q/from-file", source).size == 9_000
+        storage.put_file("q/unseekable", io.BufferedReader(Unseekable(path.read_bytes())))
+        for key in ("q/from-path", "q/from-file", "q/unseekable"):
+            assert (obj := storage.get(key)) is not None and obj.body == path.read_bytes()
+
+    def test_copy_copies_the_version_it_names(self, storage: Storage) -> None:
+        etag = storage.put("q/src", b"payload")
+        storage.copy("q/src", "q/dst", if_match=etag, size=7)
+        assert (obj := storage.get("q/dst")) is not None and obj.body == b"payload"
+        storage.put("q/src", b"changed")
+        with pytest.raises(Conflict):
+            storage.copy("q/src", "q/dst2", if_match=etag, size=7)
+        storage.delete("q/src")
+        with pytest.raises(Conflict):
+            storage.copy("q/src", "q/dst3", if_match=etag, size=7)
+        assert storage.get("q/dst2") is None and storage.get("q/dst3") is None
+
+
+class Unseekable(io.RawIOBase):
+    """A pipe-like source: read only."""
+
+    def __init__(self, data: bytes) -> None:
+        self._data = io.BytesIO(data)
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        data = self._data.read(len(buffer))
+        buffer[: len(data)] = data
+        return len(data)

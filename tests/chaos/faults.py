@@ -38,7 +38,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, BinaryIO
 from urllib.parse import unquote
 
 from botocore.awsrequest import AWSResponse
@@ -53,6 +53,7 @@ from s3queue.storage.base import (
     settle_delete_conflict,
     settle_put_conflict,
 )
+from s3queue.storage.streams import Source
 
 from chaos.history import History
 
@@ -282,6 +283,21 @@ class StorageFaults:
         kind = self._fault("DeleteObjects", keys[0] if keys else "", write=True, conditional=False)
         self.inner.delete_many(keys)
         self._after(kind, "DeleteObjects", keys[0] if keys else "")
+
+    def open(self, key: str, *, etag: str | None = None) -> BinaryIO | None:
+        self._fault("GetObject", key, write=False, conditional=False)
+        return self.inner.open(key, etag=etag)
+
+    def put_file(self, key: str, source: Source) -> Head:
+        self._fault("PutObject", key, write=False, conditional=False)
+        return self.inner.put_file(key, source)
+
+    def copy(self, source: str, dest: str, *, if_match: str, size: int) -> None:
+        kind = self._fault("CopyObject", dest, write=True, conditional=False)
+        self.inner.copy(source, dest, if_match=if_match, size=size)
+        if kind == "lost_response":  # the same bytes copied again
+            self.inner.copy(source, dest, if_match=if_match, size=size)
+        self._after(kind, "CopyObject", dest)
 
     def list(self, prefix: str, *, start_after: str | None = None, limit: int = 1000) -> Page:
         self._fault("ListObjectsV2", prefix, write=False, conditional=False)

@@ -28,7 +28,7 @@ import json
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, BinaryIO
 
 from s3queue.admin import iter_keys
 from s3queue.errors import MalformedMessage
@@ -36,6 +36,7 @@ from s3queue.events import Event, Listener
 from s3queue.keys import QueueKeys, parse_msg_name, parse_ticket_name
 from s3queue.model import Ticket, decode_records, foreign_id
 from s3queue.storage.base import Head, Object, Page, Storage
+from s3queue.storage.streams import Source
 
 
 @dataclass(frozen=True, slots=True)
@@ -260,6 +261,15 @@ class Oracle:
 
     def delete_many(self, keys: Iterable[str]) -> None:
         self.inner.delete_many(keys)
+
+    def open(self, key: str, *, etag: str | None = None) -> BinaryIO | None:
+        return self.inner.open(key, etag=etag)
+
+    def put_file(self, key: str, source: Source) -> Head:
+        return self.inner.put_file(key, source)
+
+    def copy(self, source: str, dest: str, *, if_match: str, size: int) -> None:
+        self.inner.copy(source, dest, if_match=if_match, size=size)
 
     def list(self, prefix: str, *, start_after: str | None = None, limit: int = 1000) -> Page:
         return self.inner.list(prefix, start_after=start_after, limit=limit)

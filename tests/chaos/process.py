@@ -17,13 +17,14 @@ from __future__ import annotations
 import random
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, BinaryIO
 
 from s3queue.clock import Clock
 from s3queue.errors import MalformedMessage
 from s3queue.guard import WorkerKilled
 from s3queue.model import Ticket
 from s3queue.storage.base import Head, Object, Page, Storage
+from s3queue.storage.streams import Source
 
 from chaos.history import History
 
@@ -156,6 +157,20 @@ class ProcessStorage:
     def delete_many(self, keys: Iterable[str]) -> None:
         keys = list(keys)
         self._call("delete_many", keys[0] if keys else "", lambda: self.inner.delete_many(keys))
+
+    def open(self, key: str, *, etag: str | None = None) -> BinaryIO | None:
+        result: BinaryIO | None = self._call("get", key, lambda: self.inner.open(key, etag=etag))
+        return result
+
+    def put_file(self, key: str, source: Source) -> Head:
+        result: Head = self._call("put", key, lambda: self.inner.put_file(key, source))
+        return result
+
+    def copy(self, source: str, dest: str, *, if_match: str, size: int) -> None:
+        def run() -> None:
+            self.inner.copy(source, dest, if_match=if_match, size=size)
+
+        self._call("put", dest, run)
 
     def list(self, prefix: str, *, start_after: str | None = None, limit: int = 1000) -> Page:
         def run() -> Page:

@@ -162,14 +162,15 @@ class SeededIds:
 @contextlib.contextmanager
 def patch_ids(seed: int) -> Iterator[None]:
     """Seeded message ids in the producer for the duration (see `SeededIds`)."""
-    from s3queue import producer
+    from s3queue import batch, producer, writer
 
     original = producer.new_id  # type: ignore[attr-defined]
-    producer.new_id = SeededIds(seed)  # type: ignore[attr-defined]
+    seeded = SeededIds(seed)
+    producer.new_id = writer.new_id = batch.new_id = seeded  # type: ignore[attr-defined]
     try:
         yield
     finally:
-        producer.new_id = original  # type: ignore[attr-defined]
+        producer.new_id = writer.new_id = batch.new_id = original  # type: ignore[attr-defined]
 
 
 class ActorFailed(Exception):

@@ -17,8 +17,9 @@ and slow ones hold up the rest of their group. Every message goes to one of
 that sees another partition records ``wrong_partition``; a group lives inside its partition.
 
 And foreign objects in the inbox: empty, binary, invalid JSON (all reach the handler as bytes),
-one larger than ``max_message_bytes`` and a garbage ``msg/`` object (both dead letters); and
-one plain PUT into a partition's inbox folder and one into a partition's own folder.
+one larger than ``max_message_bytes`` (a stored payload: ``body`` None, handled as the raw ones),
+a garbage ``msg/`` object (a dead letter); and one plain PUT into a partition's inbox folder
+and one into a partition's own folder.
 """
 
 from __future__ import annotations
@@ -175,7 +176,7 @@ class Producer:
             ("inbox/empty", b"", False),
             ("inbox/binary.bin", bytes(range(256)), False),
             ("inbox/bad.json", b'{"unterminated": ', False),
-            ("inbox/huge.json", b"[" + b"1," * (max_bytes // 2) + b"1]", True),
+            ("inbox/huge.json", b"[" + b"1," * (max_bytes // 2) + b"1]", False),
             ("msg/0000000000001-garbage", b"\x00not an envelope\xff", True),
             ("msg/foreign name.txt", b"hello from elsewhere", False),
         ]

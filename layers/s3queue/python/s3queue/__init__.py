@@ -5,6 +5,7 @@ Handlers need only this module: ``from s3queue import Message, PermanentError``.
 
 from typing import TYPE_CHECKING, Any
 
+from s3queue.batch import Item
 from s3queue.config import CoordinatorSettings, QueueSettings
 from s3queue.errors import (
     AccessDenied,
@@ -12,6 +13,7 @@ from s3queue.errors import (
     ConfigError,
     Conflict,
     EndpointUnreachable,
+    EnqueueIncomplete,
     HandlerExit,
     HandlerTimeout,
     InvalidArgument,
@@ -19,6 +21,7 @@ from s3queue.errors import (
     InvokeFailed,
     LeaseLost,
     MalformedMessage,
+    PayloadMissing,
     PermanentError,
     QueueNotFound,
     S3QueueError,
@@ -49,14 +52,17 @@ __all__ = [
     "Conflict",
     "CoordinatorSettings",
     "EndpointUnreachable",
+    "EnqueueIncomplete",
     "HandlerExit",
     "HandlerTimeout",
     "InvalidArgument",
     "InvalidName",
     "InvokeFailed",
+    "Item",
     "LeaseLost",
     "MalformedMessage",
     "Message",
+    "PayloadMissing",
     "PermanentError",
     "Queue",
     "QueueNotFound",

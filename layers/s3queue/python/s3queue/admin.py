@@ -7,10 +7,12 @@ changed since the last call with the same `TicketCache` (every ticket the first 
 
 A dead letter, as `dead_letters` returns it (one schema, also ``s3queue dlq list --json``):
 ``id``, ``queue``, ``key`` (its DLQ object; pass the last one as ``after=`` for the next page),
-``group`` and ``partition`` (or None), ``attempts`` (deliveries, the last included),
-``reason`` (the last error), ``errors`` (``[{attempt, at, error}]``, ``at`` in epoch ms),
-``enqueued_ms``, ``dead_ms``, and ``body`` with ``body_encoding``: ``"json"`` (the body as
-enqueued) or ``"base64"`` (bytes).
+``group`` and ``partition`` (or None), ``attributes`` (a dict, empty when none),
+``attempts`` (deliveries, the last included), ``reason`` (the last error), ``errors``
+(``[{attempt, at, error}]``, ``at`` in epoch ms), ``enqueued_ms``, ``dead_ms``, and ``body``
+with ``body_encoding``: ``"json"`` (the body as enqueued), ``"base64"`` (bytes) or
+``"payload"`` (``body`` is None and ``payload`` is ``{key, size}``: the stored payload, kept
+in ``blobs/`` while the dead letter lives; ``payload`` is None otherwise).
 """
 
 from __future__ import annotations
@@ -154,6 +156,7 @@ def dead_letter(key: str, data: bytes) -> dict[str, Any]:
     except (ValueError, TypeError):
         doc = {"reason": "undecodable dead letter"}
     raw = "b64" in doc
+    payload = doc.get("payload") if isinstance(doc.get("payload"), dict) else None
     errors = list(doc.get("errors") or [])
     return {
         "id": doc.get("id"),
@@ -161,13 +164,15 @@ def dead_letter(key: str, data: bytes) -> dict[str, Any]:
         "key": key,
         "group": doc.get("group"),
         "partition": doc.get("partition"),
+        "attributes": dict(doc.get("attrs") or {}),
         "attempts": doc.get("attempts", len(errors) or None),
         "reason": doc.get("reason"),
         "errors": errors,
         "enqueued_ms": doc.get("enqueued_ms"),
         "dead_ms": doc.get("dead_ms"),
         "body": doc.get("b64") if raw else doc.get("body"),
-        "body_encoding": "base64" if raw else "json",
+        "body_encoding": "payload" if payload else "base64" if raw else "json",
+        "payload": payload,
     }
 
 
@@ -219,7 +224,25 @@ def purge(storage: Storage, keys: QueueKeys, *, include_dlq: bool = False) -> in
     _delete_prefix(storage, keys.ids, lambda entry: 0)
     if include_dlq:
         purged += _delete_prefix(storage, keys.dlq, lambda e: _message_count(keys, e))
+    _purge_blobs(storage, keys, include_dlq=include_dlq)
     return purged
+
+
+def _purge_blobs(storage: Storage, keys: QueueKeys, *, include_dlq: bool) -> None:
+    """Delete the stored payloads (payload.py) that no dead letter kept holds; one LIST when
+    there are none, else a GET per dead letter."""
+    if not storage.list(keys.blobs, limit=1).entries:
+        return
+    held: set[str] = set()
+    if not include_dlq:
+        for entry in iter_keys(storage, keys.dlq):
+            obj = None if keys.is_tombstone(entry.key, entry.size) else storage.get(entry.key)
+            payload = dead_letter(entry.key, obj.body)["payload"] if obj is not None else None
+            if payload:
+                held.add(payload["key"])
+    doomed = [e.key for e in iter_keys(storage, keys.blobs) if e.key not in held]
+    for start in range(0, len(doomed), 1000):
+        storage.delete_many(doomed[start : start + 1000])
 
 
 def _message_count(keys: QueueKeys, entry: Entry) -> int:

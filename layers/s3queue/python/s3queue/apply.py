@@ -26,19 +26,23 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from s3queue.attributes import from_metadata
 from s3queue.errors import Conflict, MalformedMessage
 from s3queue.keys import MsgKey, QueueKeys, ticket_name
 from s3queue.model import (
     TOMBSTONE,
     Marker,
     Outcome,
+    Payload,
     Record,
     Ref,
     Ticket,
     decode_records,
     encode_records,
+    foreign_id,
 )
 from s3queue.model import foreign_record as _foreign
+from s3queue.payload import kept_name
 from s3queue.storage.base import Storage, new_token
 
 
@@ -52,21 +56,41 @@ class Loaded:
 
 
 def load_ref(storage: Storage, keys: QueueKeys, ref: Ref, max_bytes: int) -> Loaded | None:
-    """GET a ref's object and decode it; None if it is gone (its outcomes were applied)."""
+    """GET a ref's object and decode it; None if it is gone (its outcomes were applied).
+
+    An object another service put that is larger than `max_bytes` is not read: a HEAD gives
+    its metadata, and its message's payload is the object itself (payload.py)."""
+    name = ref.key[len(keys.root) :]
+    library = keys.owning(ref.key).parse_msg(ref.key) is not None
+    if not library and ref.size > max_bytes:
+        head = storage.head(ref.key)
+        if head is None:
+            return None
+        payload = Payload(ref.key, head.size, head.etag)
+        return Loaded([_large(name, payload, head.last_modified_ms, head.metadata)])
     obj = storage.get(ref.key)
     if obj is None or keys.is_tombstone(ref.key, len(obj.body)):
         return None
-    name = ref.key[len(keys.root) :]
-    if keys.owning(ref.key).parse_msg(ref.key) is not None:
+    if library:
         try:
             records = decode_records(obj.body)
         except MalformedMessage as exc:
             return Loaded([_foreign(name, obj.body, obj.last_modified_ms)], str(exc))
+    elif len(obj.body) > max_bytes:  # it grew since it was listed
+        payload = Payload(ref.key, len(obj.body), obj.etag)
+        return Loaded([_large(name, payload, obj.last_modified_ms, obj.metadata)])
     else:
-        records = [_foreign(name, obj.body, obj.last_modified_ms)]
+        attributes = from_metadata(obj.metadata)
+        records = [_foreign(name, obj.body, obj.last_modified_ms, attributes)]
     if len(obj.body) > max_bytes:
         return Loaded(records, f"oversized: {len(obj.body)} bytes > {max_bytes}")
     return Loaded(records)
+
+
+def _large(name: str, payload: Payload, modified_ms: int, metadata: dict[str, str]) -> Record:
+    """The message of a large object another service put: its payload is the object."""
+    attributes = from_metadata(metadata)
+    return Record(foreign_id(name), None, modified_ms, attributes=attributes, payload=payload)
 
 
 Loader = Callable[[Ref], Loaded | None]
@@ -86,6 +110,7 @@ def apply_ticket(
     for outcome in ticket.outcomes:
         by_ref.setdefault(outcome.ref, []).append(outcome)
     sources: list[str] = []
+    blobs: list[str] = []
     for ref in ticket.refs:
         outcomes = by_ref.get(ref.key, [])
         owning = keys.owning(ref.key)  # copies stay in the message's partition
@@ -94,8 +119,10 @@ def apply_ticket(
         loaded = loader(ref)
         if loaded is None:
             continue  # already applied by someone else
-        _apply_ref(storage, owning, ticket, origin, ref, loaded.records, outcomes)
+        blobs += _apply_ref(storage, owning, ticket, origin, ref, loaded.records, outcomes)
         sources.append(ref.key)
+    if blobs:  # payloads of finished messages, before their records (payload.py)
+        storage.delete_many(blobs)
     _retire(storage, keys, ticket, sources)
     # Conflict: nobody writes a committed ticket, so only another applier deleting it first.
     with contextlib.suppress(Conflict):
@@ -142,14 +169,22 @@ def _apply_ref(
     ref: Ref,
     records: list[Record],
     outcomes: list[Outcome],
-) -> None:
-    """Carry out one ref's outcomes; what was released goes back as one copy."""
+) -> list[str]:
+    """Carry out one ref's outcomes; what was released goes back as one copy. The ``blobs/``
+    payloads of the messages that are finished, for the caller to delete."""
     kinds = {o.id: o for o in outcomes}
     source = keys.parse_msg(ref.key)
     released: list[Record] = []
-    for index, record in enumerate(records):
-        outcome = kinds.get(record.id)
-        delivered = record.attempt + ref.counted(index)
+    finished: list[str] = []
+    for index, stored in enumerate(records):
+        outcome = kinds.get(stored.id)
+        delivered = stored.attempt + ref.counted(index)
+        record = stored
+        if outcome is not None and outcome.kind in ("done", "skip"):
+            if stored.payload is not None and stored.payload.key.startswith(keys.blobs):
+                finished.append(stored.payload.key)
+        else:
+            record = _keep_payload(storage, keys, ref, stored)
         if outcome is None or outcome.kind == "release":
             again = record.redelivered or ticket.generation > 0
             released.append(_with(record, attempt=delivered, redelivered=again))
@@ -157,6 +192,22 @@ def _apply_ref(
             _apply_outcome(storage, keys, ticket, ref, source, record, outcome, delivered)
     if released:
         _put_released(storage, keys, ticket, origin, source, released)
+    return finished
+
+
+def _keep_payload(storage: Storage, keys: QueueKeys, ref: Ref, record: Record) -> Record:
+    """A large inbox object is its message's payload, and is retired with the ticket: a
+    message that stays (retry, dead letter, release) gets a server-side copy in ``blobs/``
+    first, and its record points there (payload.py)."""
+    payload = record.payload
+    if payload is None or payload.key != ref.key:
+        return record
+    version = payload.etag or ref.etag
+    kept = keys.blob(kept_name(record.id, version))
+    # Conflict: the source is gone, retired by an earlier apply that made this same copy.
+    with contextlib.suppress(Conflict):
+        storage.copy(ref.key, kept, if_match=version, size=payload.size)
+    return _with(record, payload=Payload(kept, payload.size).to_json())
 
 
 def _apply_outcome(

@@ -6,12 +6,14 @@ S3QueueError
  |    +-- BucketNotFound
  |    +-- AccessDenied   wrong or missing credentials, or a policy that forbids the call
  |    +-- EndpointUnreachable
+ |    +-- EnqueueIncomplete   enqueue_many stopped part of the way: which messages are durable
  +-- QueueNotFound       an admin call named a queue that has no objects
  +-- ConfigError         a setting with a wrong name, type or value
  +-- InvalidArgument     an argument refused at the door (a delay, a group; also a ValueError)
  |    +-- InvalidName    a queue name or message id that cannot be part of a key
  +-- InvokeFailed        Lambda did not accept a worker invocation
  +-- MalformedMessage    a body that cannot be encoded, or an object that cannot be decoded
+ +-- PayloadMissing      a message's payload object is gone (purged, or overwritten in inbox/)
  +-- LeaseLost           a worker's lease on a ticket was taken over; it must stop
  +-- PermanentError      raised by a handler: send the message to the DLQ at once
  +-- HandlerExit         recorded when a handler raised a BaseException (sys.exit(), ...)
@@ -45,6 +47,29 @@ class EndpointUnreachable(StorageError):
     """No S3 server answered at the endpoint."""
 
 
+class EnqueueIncomplete(StorageError):
+    """`enqueue_many` stopped at a failed PUT: which messages are stored and which are not.
+
+    ``durable``: ids of the messages stored; ``not_durable``: ids never written (or checked
+    absent); ``unknown``: ids whose object could not be checked either. ``retry``: the items
+    (as given) that can be passed to `enqueue_many` again without a duplicate: the not durable
+    ones, and unknown ones with an explicit id. The ids are in the order of the writes.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        durable: list[str],
+        not_durable: list[str],
+        unknown: list[str],
+        retry: list[object],
+    ) -> None:
+        super().__init__(message)
+        self.durable, self.not_durable, self.unknown = durable, not_durable, unknown
+        self.retry = retry
+
+
 class QueueNotFound(S3QueueError):
     """No queue of that name exists in the bucket."""
 
@@ -67,6 +92,11 @@ class InvokeFailed(S3QueueError):
 
 class MalformedMessage(S3QueueError):
     """A message body or stored object that cannot be encoded or decoded."""
+
+
+class PayloadMissing(S3QueueError):
+    """A message's payload object is gone or was replaced (purged, or an inbox object
+    overwritten while its message was in flight)."""
 
 
 class LeaseLost(S3QueueError):

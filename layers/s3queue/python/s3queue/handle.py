@@ -8,6 +8,7 @@ delivered too often, or on an explicit id already handled) is judged in one plac
 
 from __future__ import annotations
 
+import functools
 import random
 import time
 from collections.abc import Callable
@@ -16,10 +17,11 @@ from typing import Any
 from s3queue.backoff import compute_backoff
 from s3queue.clock import Clock
 from s3queue.config import QueueSettings
-from s3queue.errors import MalformedMessage, PermanentError
+from s3queue.errors import MalformedMessage, PayloadMissing, PermanentError, StorageError
 from s3queue.events import Emitter
 from s3queue.keys import QueueKeys
 from s3queue.model import Marker, Message, Outcome, OutcomeKind, Record, Ref, to_datetime
+from s3queue.payload import open_payload
 from s3queue.storage.base import Storage
 
 Handler = Callable[[Message], object]
@@ -66,7 +68,13 @@ class Runner:
             # Put again by a repeated enqueue after it was handled: retire it, run nothing.
             self.emit("skip", now, message_id=record.id, reason="explicit id already handled")
             return Outcome(ref.key, record.id, "skip", now, None, 0, attempt)
-        message = self._message(ref, record, attempt, redelivered or record.redelivered)
+        try:
+            message = self._message(ref, record, attempt, redelivered or record.redelivered)
+        except PayloadMissing as exc:
+            return self.outcome(ref, record, "dead", _describe(exc), attempt)
+        except StorageError as exc:  # reading its payload failed: a failed delivery, retried
+            kind: OutcomeKind = "dead" if attempt > self.settings.max_retries else "retry"
+            return self.outcome(ref, record, kind, _describe(exc), attempt)
         self.emit(
             "handler_start",
             now,
@@ -78,10 +86,19 @@ class Runner:
         return self._call(handler, message, ref, record)
 
     def _message(self, ref: Ref, record: Record, attempt: int, redelivered: bool) -> Message:
+        """The handler's view of `record`; a stored payload up to `max_message_bytes` is read
+        into `body` (one GET), a larger one only if the handler opens it."""
         queue = self.keys.queue
+        body, size, opener = record.body, -1, None
+        payload = record.payload
+        if payload is not None:
+            size, opener = payload.size, functools.partial(open_payload, self.storage, payload)
+            if payload.size <= self.settings.max_message_bytes:
+                with opener() as stream:
+                    body = stream.read()
         return Message(
             record.id,
-            record.body,
+            body,
             attempt,
             to_datetime(record.enqueued_ms),
             record.group,
@@ -89,13 +106,16 @@ class Runner:
             f"{queue}:{record.id}",
             redelivered,
             self.keys.partition_of(ref.key),
+            dict(record.attributes),
+            size,
+            opener,
         )
 
     def _call(self, handler: Handler, message: Message, ref: Ref, record: Record) -> Outcome:
         attempt, started = message.attempt, time.perf_counter()
         try:
             handler(message)
-        except PermanentError as exc:
+        except (PermanentError, PayloadMissing) as exc:  # a payload gone never comes back
             return self.outcome(ref, record, "dead", _describe(exc), attempt, started)
         except Exception as exc:  # noqa: BLE001 - any handler failure is a retry, never a crash
             kind: OutcomeKind = "dead" if attempt > self.settings.max_retries else "retry"

@@ -1,5 +1,6 @@
 """Every key of a queue, in one place; fixed-width fields so LIST order is dispatch order.
 
+    <prefix>/<queue>/blobs/<name>                payloads of messages too large to inline
     <prefix>/<queue>/coordinator                 leader lease
     <prefix>/<queue>/dlq/<dead_ms>-<id>          dead letters
     <prefix>/<queue>/ids/<id>                    explicit-id dedup markers
@@ -289,6 +290,15 @@ class QueueKeys:
 
     def dead(self, dead_ms: int, message_id: str) -> str:
         return self.dlq + f"{dead_ms:013d}-{message_id}"
+
+    @property
+    def blobs(self) -> str:
+        """Payloads (`enqueue_file`, retried large inbox objects); sorts before every live
+        folder, so the idle probe never sees them."""
+        return self.root + "blobs/"
+
+    def blob(self, name: str) -> str:
+        return self.blobs + name
 
     def marker(self, message_id: str) -> str:
         return self.ids + message_id

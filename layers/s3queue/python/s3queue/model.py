@@ -10,11 +10,13 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
+import io
 import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import Any, BinaryIO, Literal
 
 from s3queue.errors import MalformedMessage
 
@@ -49,6 +51,53 @@ class Message:
     partition: str | None = None
     """The partition it was enqueued into (``enqueue(partition=)``, or the first folder of an
     ``inbox/<partition>/<name>`` PUT); None for the default partition."""
+    attributes: dict[str, str] = field(default_factory=dict)
+    """String metadata given at enqueue (``attributes=``), or a plain PUT's ``x-amz-meta-*``."""
+    size: int = -1
+    """The payload's size in bytes: what `open()` reads (computed from `body` when not given)."""
+    opener: Callable[[], BinaryIO] | None = field(default=None, repr=False, compare=False)
+    """Opens a stored payload (`enqueue_file`, a large PUT); None when the body is all of it."""
+
+    def __post_init__(self) -> None:
+        if self.size < 0:
+            object.__setattr__(self, "size", len(body_bytes(self.body)))
+
+    def open(self) -> BinaryIO:
+        """A readable binary stream of the payload, read from S3 as you read it (a large one is
+        never loaded by the worker); for a body given to `enqueue`, its bytes (JSON-encoded
+        unless bytes). Each call opens a new stream from the start: close it when done."""
+        if self.opener is not None:
+            return self.opener()
+        return io.BytesIO(body_bytes(self.body))
+
+
+def body_bytes(body: Any) -> bytes:
+    """A body as bytes: bytes as they are, anything else as compact JSON."""
+    if isinstance(body, bytes | bytearray | memoryview):
+        return bytes(body)
+    return json.dumps(body, separators=(",", ":")).encode()
+
+
+@dataclass(frozen=True, slots=True)
+class Payload:
+    """Where a message's payload is stored, when it is not in its record."""
+
+    key: str
+    size: int
+    etag: str | None = None
+    """The version to read (an inbox object that may be overwritten); None for ``blobs/``,
+    which are written once."""
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"key": self.key, "size": self.size}
+        if self.etag is not None:
+            out["etag"] = self.etag
+        return out
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Payload:
+        etag = data.get("etag")
+        return cls(str(data["key"]), int(data["size"]), str(etag) if etag else None)
 
 
 @dataclass(slots=True)
@@ -66,10 +115,15 @@ class Record:
     """The body is bytes (stored base64)."""
     redelivered: bool = False
     """Released from a ticket whose lease had expired: it may have run (`Message.redelivered`)."""
+    attributes: dict[str, str] = field(default_factory=dict)
+    payload: Payload | None = None
+    """Set when the body is stored apart (`body` is then None)."""
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"id": self.id, "enqueued_ms": self.enqueued_ms}
-        if self.raw:
+        if self.payload is not None:
+            out["payload"] = self.payload.to_json()
+        elif self.raw:
             out["b64"] = base64.b64encode(self.body).decode()
         else:
             out["body"] = self.body
@@ -83,6 +137,8 @@ class Record:
             out["dedup"] = True
         if self.redelivered:
             out["redelivered"] = True
+        if self.attributes:
+            out["attrs"] = self.attributes
         return out
 
     @classmethod
@@ -99,18 +155,27 @@ class Record:
             dedup=bool(data.get("dedup", False)),
             raw=raw,
             redelivered=bool(data.get("redelivered", False)),
+            attributes={str(k): str(v) for k, v in dict(data.get("attrs") or {}).items()},
+            payload=Payload.from_json(data["payload"]) if data.get("payload") else None,
         )
 
 
-def record_for(message_id: str, body: Any, now_ms: int, group: str | None = None) -> Record:
+def record_for(
+    message_id: str,
+    body: Any,
+    now_ms: int,
+    group: str | None = None,
+    attributes: dict[str, str] | None = None,
+) -> Record:
     """A new record; bytes stay bytes, anything else must be JSON-serialisable."""
+    attrs = dict(attributes or {})
     if isinstance(body, bytes | bytearray | memoryview):
-        return Record(message_id, bytes(body), now_ms, group, raw=True)
+        return Record(message_id, bytes(body), now_ms, group, raw=True, attributes=attrs)
     try:
         json.dumps(body, allow_nan=False)  # NaN and Infinity are not JSON
     except (TypeError, ValueError) as exc:
         raise MalformedMessage(f"message body is not JSON-serialisable: {exc}") from exc
-    return Record(message_id, body, now_ms, group)
+    return Record(message_id, body, now_ms, group, attributes=attrs)
 
 
 def encode_records(records: list[Record], token: str) -> bytes:
@@ -135,12 +200,15 @@ def foreign_id(name: str) -> str:
     return f"{safe}-{hashlib.sha1(name.encode(), usedforsecurity=False).hexdigest()[:10]}"
 
 
-def foreign_record(name: str, data: bytes, modified_ms: int) -> Record:
+def foreign_record(
+    name: str, data: bytes, modified_ms: int, attributes: dict[str, str] | None = None
+) -> Record:
     """A message put by another service: JSON when it parses, raw bytes otherwise."""
+    attrs = dict(attributes or {})
     try:
-        return Record(foreign_id(name), json.loads(data), modified_ms)
+        return Record(foreign_id(name), json.loads(data), modified_ms, attributes=attrs)
     except (ValueError, UnicodeDecodeError):
-        return Record(foreign_id(name), data, modified_ms, raw=True)
+        return Record(foreign_id(name), data, modified_ms, raw=True, attributes=attrs)
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,51 +1,38 @@
-"""`Queue`: the producer's API (enqueue, enqueue_many) and the admin calls on one queue.
-
-A grouped message's place in its group is its key time, the producer's clock when the enqueue
-starts. The leader reads only a `straggler_margin` (2 s) behind its cursor, so a PUT that lands
-later than that (retried 503s, a slow link) is behind the cursor, and the group's next message
-could be read and sent first. So an enqueue whose grouped PUT took longer than `LANDING_MS`
-puts a *late notice* (a small object keyed now, ``~p<target>``) before it returns: the leader
-reads the notice ahead of anything enqueued after it and fetches its target first::
-
-    producer   PUT m1 (key t0) .......(slow)....... lands --- PUT notice (key t1) --- return
-    producer                                                                   PUT m2 (key >= t1)
-    leader                    cursor passes t0 ............ LIST: notice, m2 -> LIST m1 first
+"""`Queue`: the producer's API (enqueue, enqueue_file, enqueue_many) and the admin calls on
+one queue. The arguments are checked here; the objects are written by `writer.Writer`.
 """
 
 from __future__ import annotations
 
-import contextlib
-import json
+import io
 import logging
 import math
 import numbers
+import os
 from collections.abc import Iterable, Mapping
 from datetime import timedelta
-from typing import Any
+from typing import Any, BinaryIO
 
-from s3queue import admin
+from s3queue import admin, batch
+from s3queue.attributes import check_attributes
 from s3queue.clock import Clock, SystemClock
-from s3queue.errors import Conflict, InvalidArgument, MalformedMessage
+from s3queue.errors import InvalidArgument
 from s3queue.events import Emitter, Listener
 from s3queue.keys import (
-    MsgKey,
     QueueKeys,
     check_message_id,
     check_partition,
     check_queue_name,
     new_id,
 )
-from s3queue.model import Marker, Record, encode_records, record_for
-from s3queue.storage.base import Storage, new_token
+from s3queue.model import Payload, Record, record_for
+from s3queue.payload import INLINE_BYTES, source_size
+from s3queue.storage.base import Storage
+from s3queue.storage.streams import Chained, Source
+from s3queue.writer import Writer
 
 _log = logging.getLogger(__name__)
 
-LANDING_MS = 500
-"""A grouped PUT that took longer than this gets a late notice; the coordinator's
-`straggler_margin` (2 s) must exceed it by the producers' clock skew (so 1.5 s by default)."""
-MAX_NOTICES = 10
-PACK_BYTES = 4 * 1024 * 1024
-"""`enqueue_many` starts a new object past this size."""
 MAX_GROUP = 128
 MAX_DELAY = timedelta(days=365)
 """The longest `delay`: a longer one is almost surely a mistake (milliseconds, or a timestamp
@@ -87,6 +74,13 @@ class Queue:
         self.max_message_bytes = max_message_bytes
         self.emit = Emitter(name, listener)
         self._tickets: admin.TicketCache = {}
+        self.writer = Writer(
+            storage,
+            self.keys,
+            clock=self.clock,
+            emit=self.emit,
+            max_message_bytes=max_message_bytes,
+        )
 
     def enqueue(
         self,
@@ -96,6 +90,7 @@ class Queue:
         delay: Delay = 0,
         group: str | None = None,
         partition: str | None = None,
+        attributes: Mapping[str, str] | None = None,
     ) -> str:
         """Add one message (one PUT) and return its id.
 
@@ -104,60 +99,153 @@ class Queue:
         ``timedelta``), from 0 to `MAX_DELAY`. Messages of one ``group`` are handled in enqueue
         order, one at a time. A ``partition`` (a tenant, a client: 1-64 of ``[A-Za-z0-9_.-]``)
         is served fairly beside the others, whatever their backlogs; a group lives inside its
-        partition. A bad argument raises `InvalidArgument` (a bad body `MalformedMessage`)
-        before anything is written.
+        partition. ``attributes`` (str to str, see `s3queue.attributes`) reach the handler as
+        ``message.attributes``. A bad argument raises `InvalidArgument` (a bad body
+        `MalformedMessage`) before anything is written.
         """
+        keys, delay_ms, attrs = self._check(id, delay, group, partition, attributes)
+        return self._enqueue_body(keys, body, id, delay_ms, group, attrs)
+
+    def enqueue_file(
+        self,
+        source: Source,
+        *,
+        id: str | None = None,
+        delay: Delay = 0,
+        group: str | None = None,
+        partition: str | None = None,
+        attributes: Mapping[str, str] | None = None,
+    ) -> str:
+        """Add one message whose payload is a file's bytes (a path, or a readable binary file
+        object, read from its current position to its end) and return its id.
+
+        The bytes are streamed to S3, never held in memory whole: one PUT (a multipart upload
+        above 8 MiB) into ``blobs/``, then a small record in the queue that points at it. A
+        file of up to `INLINE_BYTES` is sent as `enqueue(bytes)` would. The handler reads the
+        payload with ``message.open()``, and as ``message.body`` when it is at most
+        ``max_message_bytes``. Arguments as for `enqueue`; with an ``id`` already enqueued,
+        nothing is uploaded.
+        """
+        keys, delay_ms, attrs = self._check(id, delay, group, partition, attributes)
+        if isinstance(source, str | os.PathLike):
+            if os.stat(source).st_size > self._inline_limit:
+                return self._enqueue_payload(keys, source, id, delay_ms, group, attrs)
+            with open(source, "rb") as stream:
+                return self._enqueue_stream(keys, stream, id, delay_ms, group, attrs)
+        return self._enqueue_stream(keys, source, id, delay_ms, group, attrs)
+
+    @property
+    def _inline_limit(self) -> int:
+        return min(INLINE_BYTES, self.max_message_bytes // 2)
+
+    def _check(
+        self,
+        id: str | None,
+        delay: Delay,
+        group: str | None,
+        partition: str | None,
+        attributes: Mapping[str, str] | None,
+    ) -> tuple[QueueKeys, int, dict[str, str]]:
+        """Every argument of one message checked (`InvalidArgument`): its partition's keys, its
+        delay in ms and its attributes."""
         delay_ms = _delay_ms(delay)
         _check_group(group)
+        attrs = check_attributes(attributes)
         if id is not None:
             check_message_id(id)
-        keys = self.keys.partitioned(check_partition(partition))
+        return self.keys.partitioned(check_partition(partition)), delay_ms, attrs
+
+    def _enqueue_body(
+        self,
+        keys: QueueKeys,
+        body: Any,
+        id: str | None,
+        delay_ms: int,
+        group: str | None,
+        attrs: dict[str, str],
+    ) -> str:
         now = self.clock.now_ms()
-        visible = now + delay_ms
-        message_id = id if id is not None else new_id(now)
-        record = record_for(message_id, body, now, group)
+        record = record_for(id if id is not None else new_id(now), body, now, group, attrs)
         record.dedup = id is not None
-        # The key's id is always a generated one: keys of one millisecond sort by it, and only
-        # generated ids follow enqueue order (a group's FIFO); an explicit id is in the record.
-        key_id = message_id if id is None else new_id(now)
-        if group is not None:
-            key = MsgKey(now, key_id, group, visible if visible > now else 0)
-        else:
-            key = MsgKey(visible, key_id)
-        data = self._encode([record])
-        if id is not None:
-            key = self._enqueue_once(keys, record, key, data)
-        else:
-            self._create(keys.msg_key(key), data)
-        if group is not None:
-            self._notice_if_late(keys, key)
-        self.emit("enqueue", now, message_id=message_id, key=keys.msg_key(key))
+        self.writer.send_one(keys, record, delay_ms, now)
+        return record.id
+
+    def _enqueue_stream(
+        self,
+        keys: QueueKeys,
+        stream: BinaryIO,
+        id: str | None,
+        delay_ms: int,
+        group: str | None,
+        attrs: dict[str, str],
+    ) -> str:
+        """Inline `stream` if it turns out small, else upload it (with what was read of it)."""
+        size = source_size(stream)
+        if size is not None and size > self._inline_limit:
+            return self._enqueue_payload(keys, stream, id, delay_ms, group, attrs)
+        start = stream.read(self._inline_limit + 1)
+        if len(start) <= self._inline_limit:
+            return self._enqueue_body(keys, start, id, delay_ms, group, attrs)
+        rest = io.BufferedReader(Chained(start, stream))
+        return self._enqueue_payload(keys, rest, id, delay_ms, group, attrs)
+
+    def _enqueue_payload(
+        self,
+        keys: QueueKeys,
+        source: Source,
+        id: str | None,
+        delay_ms: int,
+        group: str | None,
+        attrs: dict[str, str],
+    ) -> str:
+        """Upload the payload to ``blobs/``, then put its record (payload.py). A producer that
+        dies in between leaves an unreferenced blob behind, never a record without one."""
+        if id is not None and self.writer.enqueued(id):
+            return id
+        now = self.clock.now_ms()
+        blob = keys.blob(new_id(now))
+        head = self.storage.put_file(blob, source)
+        message_id = id if id is not None else new_id(now)
+        payload = Payload(blob, head.size)
+        record = Record(message_id, None, now, group, attributes=attrs, payload=payload)
+        record.dedup = id is not None
+        if not self.writer.send_one(keys, record, delay_ms, now):
+            self.storage.delete(blob)  # the id's first message is there, with its own payload
         return message_id
 
     def enqueue_many(
-        self, bodies: Iterable[Any], *, delay: Delay = 0, partition: str | None = None
+        self,
+        items: Iterable[Any],
+        *,
+        delay: Delay = 0,
+        partition: str | None = None,
+        attributes: Mapping[str, str] | None = None,
     ) -> list[str]:
-        """Add many messages packed into as few objects as possible (one PUT per 4 MiB), all
-        in one ``partition`` (None: the default one).
+        """Add many messages, all in one ``partition`` (None: the default one); their ids, in
+        the order given.
 
-        Every body is checked before the first PUT: one bad body writes nothing.
+        Each item is a body, or a `batch.Item` (``s3queue.Item``) with its own ``id``,
+        ``group`` and ``attributes`` (merged over ``attributes=``). Plain ones are packed into
+        as few objects as possible (one PUT per 4 MiB); one with an id or a group is an object of
+        its own, as `enqueue` writes it. Every item is checked before the first PUT: one bad item
+        writes nothing. A PUT that fails stops the batch with `EnqueueIncomplete`, which says
+        which messages are durable and which items to send again (see `batch`).
         """
         delay_ms = _delay_ms(delay)
         keys = self.keys.partitioned(check_partition(partition))
-        if isinstance(bodies, str | bytes | bytearray | memoryview | Mapping):
-            raise InvalidArgument(
-                f"enqueue_many takes an iterable of bodies, not one {type(bodies).__name__} "
-                "(use enqueue for one message)"
-            )
+        attrs = check_attributes(attributes)
+        batch.check_items(items)
         now = self.clock.now_ms()
-        visible = now + delay_ms
-        records = [record_for(new_id(now), body, now) for body in bodies]
-        for chunk in _pack(records):
-            object_id = chunk[0].id if len(chunk) == 1 else new_id(now)
-            key = keys.msg_key(MsgKey(visible, object_id, count=len(chunk)))
-            self._create(key, self._encode(chunk))
-            self.emit("enqueue", now, message_ids=[r.id for r in chunk], key=key)
-        return [r.id for r in records]
+        writes, ids = batch.plan(
+            self.writer,
+            items,
+            now=now,
+            delay_ms=delay_ms,
+            attributes=attrs,
+            check_group=_check_group,
+        )
+        batch.send(self.writer, keys, writes, now)
+        return ids
 
     def stats(self) -> dict[str, Any]:
         """Counts of pending, delayed, in-flight and dead messages, and the oldest's age.
@@ -188,59 +276,6 @@ class Queue:
         """Delete the queue: every object under its prefix."""
         return admin.delete(self.storage, self.keys)
 
-    def _encode(self, records: list[Record]) -> tuple[bytes, str]:
-        token = new_token()
-        data = encode_records(records, token)
-        if len(data) > self.max_message_bytes:
-            raise MalformedMessage(
-                f"message of {len(data)} bytes exceeds max_message_bytes={self.max_message_bytes}"
-            )
-        return data, token
-
-    def _create(self, key: str, encoded: tuple[bytes, str]) -> None:
-        self.storage.put(key, encoded[0], if_none_match=True, token=encoded[1])
-
-    def _notice_if_late(self, keys: QueueKeys, key: MsgKey) -> None:
-        """Put late notices until one lands within `LANDING_MS` of its key time (see module)."""
-        landed_by, now = key.sort_ms, self.clock.now_ms()
-        for _ in range(MAX_NOTICES):
-            if now - landed_by <= LANDING_MS:
-                return
-            notice = keys.msg_key(key.notice(now, new_id(now)))
-            token = new_token()
-            body = json.dumps({"v": 1, "token": token, "notice": keys.msg_key(key)}).encode()
-            self.storage.put(notice, body, if_none_match=True, token=token)
-            self.emit("late_notice", now, key=keys.msg_key(key), notice=notice)
-            landed_by, now = now, self.clock.now_ms()
-        _log.warning("%s: every late notice for %s landed late", self.name, key.name())
-
-    def _enqueue_once(
-        self, keys: QueueKeys, record: Record, key: MsgKey, data: tuple[bytes, str]
-    ) -> MsgKey:
-        """Marker first (If-None-Match), then the message: a retried enqueue finds the marker.
-
-        A marker marked done means the message was handled: nothing to do. Otherwise the first
-        call may have died between the two PUTs, so the message is put at the marker's key
-        (If-None-Match: a no-op when it is there). Should it be handled and deleted between our
-        read of the marker and that PUT, the worker finds the marker done and skips it.
-        """
-        marker = self.keys.marker(record.id)
-        token = new_token()
-        full = keys.msg_key(key)
-        body = Marker("pending", full).encode(token)
-        try:
-            self.storage.put(marker, body, if_none_match=True, token=token)
-        except Conflict:
-            obj = self.storage.get(marker)
-            existing = Marker.decode(obj.body) if obj is not None else Marker("pending")
-            if existing.done:
-                return key
-            full = existing.key or full
-            key = keys.parse_msg(full) or key
-        with contextlib.suppress(Conflict):  # the first enqueue's message is there
-            self._create(full, data)
-        return key
-
 
 def _delay_ms(delay: object) -> int:
     """`delay` in milliseconds; `InvalidArgument` unless a number or timedelta in [0, MAX]."""
@@ -266,16 +301,3 @@ def _delay_ms(delay: object) -> int:
 def _check_group(group: str | None) -> None:
     if group is not None and (not isinstance(group, str) or not 0 < len(group) <= MAX_GROUP):
         raise InvalidArgument(f"group must be a string of 1-{MAX_GROUP} characters, got {group!r}")
-
-
-def _pack(records: list[Record]) -> list[list[Record]]:
-    chunks: list[list[Record]] = []
-    size = PACK_BYTES
-    for record in records:
-        length = len(json.dumps(record.to_json(), separators=(",", ":")))
-        if size + length > PACK_BYTES:
-            chunks.append([])
-            size = 0
-        chunks[-1].append(record)
-        size += length + 1
-    return chunks

@@ -225,6 +225,13 @@ def _queue_commands(add: Add) -> None:
     enqueue.add_argument(
         "--partition", help="a tenant or client: partitions are served fairly, side by side"
     )
+    enqueue.add_argument(
+        "--attr",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="an attribute (message.attributes); repeat for more",
+    )
     enqueue.add_argument("--handlers", default=dev.DEFAULT_HANDLERS, help="handler modules folder")
     stats = add("stats", commands.cmd_stats, "pending, delayed, in-flight and dead messages")
     stats.add_argument("queue", nargs="?", help="one queue (default: every queue in the bucket)")

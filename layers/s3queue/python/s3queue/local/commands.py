@@ -57,8 +57,20 @@ def existing_queue(conn: Connection, name: str) -> Queue:
     return queue
 
 
+def parse_attributes(pairs: list[str]) -> dict[str, str]:
+    """``--attr NAME=VALUE`` options as a dict (names and sizes are checked by `enqueue`)."""
+    attributes: dict[str, str] = {}
+    for pair in pairs:
+        name, sep, value = pair.partition("=")
+        if not sep:
+            raise UsageError(f"--attr {pair!r}: use NAME=VALUE")
+        attributes[name] = value
+    return attributes
+
+
 def cmd_enqueue(args: argparse.Namespace) -> int:
     body = parse_body(args.body, require_json=args.json)
+    attributes = parse_attributes(args.attr)
     conn = Connection.open(args)
     name = check_queue_name(args.queue)
     known = known_queues(conn, args.handlers)
@@ -69,7 +81,12 @@ def cmd_enqueue(args: argparse.Namespace) -> int:
             f"under {QueueKeys(args.prefix, name).root} (known: {listed})"
         )
     message_id = conn.queue(name).enqueue(
-        body, id=args.id, delay=args.delay, group=args.group, partition=args.partition
+        body,
+        id=args.id,
+        delay=args.delay,
+        group=args.group,
+        partition=args.partition,
+        attributes=attributes,
     )
     print(message_id)
     return 0

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import itertools
 import os
-from collections.abc import Iterable
-from dataclasses import dataclass
-from typing import Protocol
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import BinaryIO, Protocol
 
 from s3queue.errors import Conflict, StorageError
+from s3queue.storage.streams import Source
 
 _counter = itertools.count()
 _PROCESS = os.urandom(6).hex()
@@ -27,6 +28,8 @@ class Object:
     body: bytes
     etag: str
     last_modified_ms: int
+    metadata: dict[str, str] = field(default_factory=dict)
+    """Its user metadata (``x-amz-meta-*``, names lowercased), the writer's token left out."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,6 +38,10 @@ class Head:
 
     etag: str
     token: str | None
+    metadata: dict[str, str] = field(default_factory=dict)
+    """As `Object.metadata`."""
+    size: int = 0
+    last_modified_ms: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,7 +70,7 @@ class Storage(Protocol):
         ...
 
     def head(self, key: str) -> Head | None:
-        """The object's ETag and writer token, or None if it does not exist."""
+        """The object's ETag, writer token, metadata and size, or None if it does not exist."""
         ...
 
     def put(
@@ -74,12 +81,33 @@ class Storage(Protocol):
         if_match: str | None = None,
         if_none_match: bool = False,
         token: str | None = None,
+        metadata: Mapping[str, str] | None = None,
     ) -> str:
-        """Write the object and return its new ETag; `Conflict` if a condition failed."""
+        """Write the object and return its new ETag; `Conflict` if a condition failed.
+
+        `metadata` becomes the object's user metadata (what another service's PUT may carry);
+        the library's own documents keep everything in their bodies."""
         ...
 
     def delete(self, key: str, *, if_match: str | None = None) -> None:
         """Delete the object; missing is fine, a changed ETag is `Conflict`."""
+        ...
+
+    def open(self, key: str, *, etag: str | None = None) -> BinaryIO | None:
+        """A readable binary stream of the object, fetched as it is read (a streamed GET that
+        a dropped connection resumes with a ranged one); None if it does not exist. With
+        `etag`, `Conflict` if the object is another version (If-Match)."""
+        ...
+
+    def put_file(self, key: str, source: Source) -> Head:
+        """Write an object from a path or a readable binary file without holding it in memory
+        (multipart above a threshold): unconditional, for keys nobody else writes. Its head."""
+        ...
+
+    def copy(self, source: str, dest: str, *, if_match: str, size: int) -> None:
+        """Server-side copy of `source`, if still at version `if_match`, to `dest` (overwritten;
+        `size` picks one CopyObject or a multipart copy); `Conflict` if the source is gone or
+        another version. No byte passes through this process."""
         ...
 
     def delete_many(self, keys: Iterable[str]) -> None:

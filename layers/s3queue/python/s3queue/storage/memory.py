@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import bisect
 import hashlib
+import io
+import os
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import BinaryIO
 
 from s3queue.clock import Clock, SystemClock
 from s3queue.errors import Conflict
 from s3queue.storage.base import Entry, Head, Object, Page, settle_put_conflict
+from s3queue.storage.streams import Source
 
 
 @dataclass(slots=True)
@@ -19,6 +23,7 @@ class _Stored:
     etag: str
     token: str | None
     modified_ms: int
+    metadata: dict[str, str]
 
 
 class MemoryStorage:
@@ -39,12 +44,20 @@ class MemoryStorage:
             stored = self._objects.get(key)
             if stored is None:
                 return None
-            return Object(key, stored.body, stored.etag, stored.modified_ms)
+            return Object(key, stored.body, stored.etag, stored.modified_ms, dict(stored.metadata))
 
     def head(self, key: str) -> Head | None:
         with self._lock:
             stored = self._objects.get(key)
-            return None if stored is None else Head(stored.etag, stored.token)
+            if stored is None:
+                return None
+            return Head(
+                stored.etag,
+                stored.token,
+                dict(stored.metadata),
+                len(stored.body),
+                stored.modified_ms,
+            )
 
     def put(
         self,
@@ -54,16 +67,24 @@ class MemoryStorage:
         if_match: str | None = None,
         if_none_match: bool = False,
         token: str | None = None,
+        metadata: Mapping[str, str] | None = None,
     ) -> str:
+        meta = {k.lower(): v for k, v in (metadata or {}).items()}  # as S3 stores them
         try:
-            return self._put(key, body, if_match, if_none_match, token)
+            return self._put(key, body, if_match, if_none_match, token, meta)
         except Conflict:
             return settle_put_conflict(
                 self, key, token=token, if_match=if_match, if_none_match=if_none_match
             )
 
     def _put(
-        self, key: str, body: bytes, if_match: str | None, if_none_match: bool, token: str | None
+        self,
+        key: str,
+        body: bytes,
+        if_match: str | None,
+        if_none_match: bool,
+        token: str | None,
+        metadata: dict[str, str],
     ) -> str:
         with self._lock:
             current = self._objects.get(key)
@@ -74,7 +95,7 @@ class MemoryStorage:
             etag = hashlib.md5(body, usedforsecurity=False).hexdigest()
             if current is None:
                 bisect.insort(self._keys, key)
-            self._objects[key] = _Stored(body, etag, token, self._clock.now_ms())
+            self._objects[key] = _Stored(body, etag, token, self._clock.now_ms(), metadata)
             return etag
 
     def delete(self, key: str, *, if_match: str | None = None) -> None:
@@ -85,6 +106,33 @@ class MemoryStorage:
             if if_match is not None and current.etag != if_match:
                 raise Conflict(f"{key} changed")
             self._remove(key)
+
+    def open(self, key: str, *, etag: str | None = None) -> BinaryIO | None:
+        with self._lock:
+            stored = self._objects.get(key)
+            if stored is None:
+                return None
+            if etag is not None and stored.etag != etag:
+                raise Conflict(f"{key} changed")
+            return io.BytesIO(stored.body)
+
+    def put_file(self, key: str, source: Source) -> Head:
+        if isinstance(source, str | os.PathLike):
+            with open(source, "rb") as stream:
+                body = stream.read()
+        else:
+            body = source.read()
+        self.put(key, body)
+        head = self.head(key)
+        assert head is not None
+        return head
+
+    def copy(self, source: str, dest: str, *, if_match: str, size: int) -> None:
+        with self._lock:
+            stored = self._objects.get(source)
+            if stored is None or stored.etag != if_match:
+                raise Conflict(f"copy source {source} is gone or changed")
+        self.put(dest, stored.body)
 
     def delete_many(self, keys: Iterable[str]) -> None:
         with self._lock:

@@ -30,9 +30,14 @@ Such a server still orders a folder before a sibling that extends its name with 
 ``/`` (``a/x`` before ``a-b``, where AWS has ``a-b`` first; a queue's own keys never do): that
 order is kept, so a walk from each page's last key still sees every key once.
 
+Large objects. `open` is a streamed GET resumed by ranged GETs (`streams.ResumableReader`),
+`put_file` boto3's managed (multipart) upload, `copy` a server-side CopyObject (a managed
+multipart copy above 5 GiB).
+
 Over ~300 lines by choice: this is the one module that talks to boto3 (the `Storage` methods,
 the retry loop and its recheck, error translation, client construction); what needs no boto3
-lives in `sending.py` (what we send) and `responses.py` (what S3 answers).
+lives in `sending.py` (what we send), `responses.py` (what S3 answers) and `streams.py` (the
+resumable stream).
 """
 
 from __future__ import annotations
@@ -43,9 +48,11 @@ import os
 import random
 import time
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any, TypeVar
+from typing import Any, BinaryIO, TypeVar
 
 import boto3
+from boto3.exceptions import S3UploadFailedError
+from boto3.s3.transfer import TransferConfig
 from botocore.config import Config
 from botocore.exceptions import (
     BotoCoreError,
@@ -81,6 +88,7 @@ from s3queue.storage.responses import etag as _etag
 from s3queue.storage.responses import ms as _ms
 from s3queue.storage.responses import unquote as _unquote
 from s3queue.storage.sending import TOKEN_METADATA, just_below, no_blind_resend, not_after
+from s3queue.storage.streams import Body, ResumableReader, Source, buffered
 
 log = logging.getLogger(__name__)
 
@@ -88,6 +96,10 @@ T = TypeVar("T")
 Sleep = Callable[[float], None]
 
 MAX_KEYS = 1000
+PART_BYTES = 8 * 1024 * 1024
+"""Multipart uploads and copies use parts of this size, above this size."""
+COPY_LIMIT = 5 * 1024**3
+"""The largest object one CopyObject copies; larger ones take a multipart copy."""
 FOLDER_PAGE = MAX_KEYS
 """Keys and folders per LIST of `S3Storage.list_folders` (a test pages with fewer)."""
 
@@ -112,8 +124,18 @@ class S3Storage:
         max_delay: float = 5.0,
         sleep: Sleep = time.sleep,
         rng: random.Random | None = None,
+        part_bytes: int = PART_BYTES,
+        transfer_threads: int = 4,
+        copy_limit: int = COPY_LIMIT,
     ) -> None:
         self._client = client
+        # Memory of a managed upload from a file object: up to about 2 x threads parts.
+        self._transfer = TransferConfig(
+            multipart_threshold=part_bytes,
+            multipart_chunksize=part_bytes,
+            max_concurrency=transfer_threads,
+        )
+        self._copy_limit = copy_limit
         self.bucket = bucket
         self._attempts = max(attempts, 1)
         self._base_delay = base_delay
@@ -129,7 +151,8 @@ class S3Storage:
             response = self._client.get_object(Bucket=self.bucket, Key=key)
             # Read inside the retried call: a connection dropped mid-body is retried too.
             body = response["Body"].read()
-            return Object(key, body, _etag(response), _ms(response["LastModified"]))
+            meta = _user_metadata(response)
+            return Object(key, body, _etag(response), _ms(response["LastModified"]), meta)
 
         try:
             return self._run("GetObject", key, fetch)
@@ -141,7 +164,10 @@ class S3Storage:
             response = self._call("head_object", key, Key=key)
         except _Missing:
             return None
-        return Head(_etag(response), response.get("Metadata", {}).get(TOKEN_METADATA))
+        token = response.get("Metadata", {}).get(TOKEN_METADATA)
+        size = int(response.get("ContentLength", 0))
+        modified = _ms(response["LastModified"])
+        return Head(_etag(response), token, _user_metadata(response), size, modified)
 
     def put(
         self,
@@ -151,14 +177,18 @@ class S3Storage:
         if_match: str | None = None,
         if_none_match: bool = False,
         token: str | None = None,
+        metadata: Mapping[str, str] | None = None,
     ) -> str:
         params: dict[str, Any] = {"Key": key, "Body": body}
         if if_match is not None:
             params["IfMatch"] = f'"{if_match}"'
         if if_none_match:
             params["IfNoneMatch"] = "*"
-        if token is not None:
-            params["Metadata"] = {TOKEN_METADATA: token}
+        if token is not None or metadata:
+            sent = dict(metadata or {})
+            if token is not None:
+                sent[TOKEN_METADATA] = token
+            params["Metadata"] = sent
         try:
             return _etag(self._put(key, params, token if if_none_match else None))
         except Conflict:
@@ -200,6 +230,77 @@ class S3Storage:
             if if_match is None:
                 raise
             settle_delete_conflict(self, key, if_match)
+
+    def open(self, key: str, *, etag: str | None = None) -> BinaryIO | None:
+        """A streamed GET (see `streams.ResumableReader`): the body is read as the caller reads."""
+        try:
+            first = self._get_from(key, 0, etag)
+        except _Missing:
+            return None
+        except Conflict:
+            if self.head(key) is None:  # SeaweedFS answers 412 to If-Match on a missing key
+                return None
+            raise
+        version = etag or _etag(first)
+        raw = ResumableReader(
+            first["Body"],
+            int(first["ContentLength"]),
+            reopen=lambda offset: self._get_from(key, offset, version)["Body"],
+            read_body=lambda body, n: self._read_body(key, body, n),
+        )
+        return buffered(raw)
+
+    def _get_from(self, key: str, offset: int, etag: str | None) -> dict[str, Any]:
+        params: dict[str, Any] = {"Key": key}
+        if offset:
+            params["Range"] = f"bytes={offset}-"
+        if etag is not None:
+            params["IfMatch"] = f'"{etag}"'
+        return self._call("get_object", key, **params)
+
+    def _read_body(self, key: str, body: Body, n: int) -> bytes:
+        try:
+            return body.read(n)
+        except BotoCoreError as exc:  # the connection dropped mid-body: resume (ResumableReader)
+            raise StorageError(f"GetObject s3://{self.bucket}/{key}: {exc}") from exc
+
+    def put_file(self, key: str, source: Source) -> Head:
+        """boto3's managed upload: one PUT, or a multipart upload above `part_bytes`, with
+        parts sent by `transfer_threads` threads. From a path, parts are read from the file as
+        they are sent; a file object's are read into memory first (a few parts at a time)."""
+        try:
+            if isinstance(source, str | os.PathLike):
+                self._client.upload_file(os.fspath(source), self.bucket, key, Config=self._transfer)
+            else:
+                self._client.upload_fileobj(source, self.bucket, key, Config=self._transfer)
+        except (ClientError, BotoCoreError) as exc:
+            raise self._translate(exc, "PutObject", key)[0] from exc
+        except S3UploadFailedError as exc:
+            raise StorageError(f"upload to s3://{self.bucket}/{key} failed: {exc}") from exc
+        head = self.head(key)
+        if head is None:
+            raise StorageError(f"s3://{self.bucket}/{key} is missing right after its upload")
+        return head
+
+    def copy(self, source: str, dest: str, *, if_match: str, size: int) -> None:
+        """One CopyObject up to 5 GiB, a managed multipart copy above (UploadPartCopy)."""
+        condition = f'"{if_match}"'
+        origin = {"Bucket": self.bucket, "Key": source}
+        try:
+            if size <= self._copy_limit:
+                self._call(
+                    "copy_object", dest, Key=dest, CopySource=origin, CopySourceIfMatch=condition
+                )
+                return
+            extra = {"CopySourceIfMatch": condition}
+            self._client.copy(origin, self.bucket, dest, ExtraArgs=extra, Config=self._transfer)
+        except _Missing as exc:
+            raise Conflict(f"copy source {source} is gone") from exc
+        except (ClientError, BotoCoreError) as exc:
+            error = self._translate(exc, "CopyObject", source)[0]
+            if isinstance(error, _Missing):
+                error = Conflict(f"copy source {source} is gone")
+            raise error from exc
 
     def delete_many(self, keys: Iterable[str]) -> None:
         batch = list(keys)
@@ -316,6 +417,12 @@ class S3Storage:
                 f"no S3 server answered at {endpoint} for {where}: {exc}; is it running?"
             ), True
         return StorageError(f"{where} failed: {exc}"), False
+
+
+def _user_metadata(response: dict[str, Any]) -> dict[str, str]:
+    """A response's user metadata without the writer's token."""
+    metadata = response.get("Metadata") or {}
+    return {str(k).lower(): str(v) for k, v in metadata.items() if k != TOKEN_METADATA}
 
 
 def _from_client_error(exc: ClientError, where: str, bucket: str) -> tuple[S3QueueError, bool]:
