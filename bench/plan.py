@@ -46,6 +46,19 @@ class Plan:
     pool_threads: int = 4
     failover_rounds: int = 3
     idle_worker_seconds: float = 30.0
+    # aws_sim (virtual seconds: the run's wall time is the code's CPU, not these)
+    aws_sim_queues: tuple[int, ...] = (1, 2, 4)
+    """Queues served by one coordinator function: the capacity curve's points."""
+    aws_sim_single_offered: float = 400.0
+    """Messages per second per queue offered by `enqueue` producers (above capacity)."""
+    aws_sim_packed_offered: float = 4_000.0
+    aws_sim_warmup: float = 10.0
+    aws_sim_seconds: float = 30.0
+    aws_sim_steady: float = 70.0
+    """Virtual seconds of the steady run after its warm-up (more than a coordinator run)."""
+    aws_sim_idle_messages: int = 20
+    aws_sim_idle_gap: float = 150.0
+    """Virtual seconds between two messages after idle (the coordinator run ends in between)."""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -66,6 +79,9 @@ QUICK = replace(
     pool_messages=400,
     failover_rounds=2,
     idle_worker_seconds=10.0,
+    aws_sim_queues=(1,),
+    aws_sim_seconds=15.0,
+    aws_sim_idle_messages=8,
 )
 SMOKE = replace(
     QUICK,
@@ -84,4 +100,12 @@ SMOKE = replace(
     scale_rounds=2,
     scale_in_flight=2,
     import_runs=1,
+    aws_sim_queues=(1, 2),
+    aws_sim_single_offered=100.0,
+    aws_sim_packed_offered=1_000.0,
+    aws_sim_warmup=3.0,
+    aws_sim_seconds=3.0,
+    aws_sim_steady=5.0,
+    aws_sim_idle_messages=2,
+    aws_sim_idle_gap=90.0,
 )
