@@ -52,10 +52,20 @@ class Capacity:
         return PACK if self.mode == "packed" else 1
 
 
+def settings_from(text: str, base: QueueSettings | None = None) -> QueueSettings:
+    """Queue settings from ``name=value,...`` on top of `base` (the defaults)."""
+    values = dict((base or QueueSettings()).__dict__)
+    for part in (p.strip() for p in text.split(",") if p.strip()):
+        name, _, value = part.partition("=")
+        number = float(value)
+        values[name.strip()] = int(number) if number.is_integer() else number
+    return QueueSettings(**values)
+
+
 def run(target: Target, plan: Plan, progress: Progress) -> dict[str, Any]:
     """Every run of the scenario (see the module docstring); `target` is not used."""
-    model, settings = AWS, QueueSettings()
-    steps = 2 * (1 + len(plan.aws_sim_queues)) + 2
+    model, settings = AWS, settings_from(plan.aws_sim_settings)
+    steps = 2 * (1 + len(plan.aws_sim_queues)) + 2 + len(plan.aws_sim_variants)
     done = 0
 
     def step(what: str) -> None:
@@ -96,6 +106,14 @@ def run(target: Target, plan: Plan, progress: Progress) -> dict[str, Any]:
         - out["after_idle"]["scheduled"]["usd_per_message"],
         8,
     )
+    out["variants"] = []
+    for variant in plan.aws_sim_variants:
+        point = Capacity(
+            "single", 1, plan.aws_sim_single_offered, plan.aws_sim_warmup, plan.aws_sim_seconds
+        )
+        result = capacity(point, model, settings_from(variant, settings))
+        out["variants"].append({"settings": variant, **result})
+        step(f"variant {variant}")
     out["sqs_usd_per_million"] = model.prices.sqs_per_million_messages
     return out
 
@@ -104,7 +122,7 @@ def _params(plan: Plan, model: Model, settings: QueueSettings) -> dict[str, Any]
     return {
         "time": "virtual (simkernel.py): AWS latencies on a simulated clock, not wall time",
         "cpu_scale": model.cpu_scale,
-        "queue_settings": "defaults as deployed: batch_size "
+        "queue_settings": f"{plan.aws_sim_settings or 'defaults'} as deployed: batch_size "
         f"{settings.batch_size}, concurrency {settings.concurrency}, max_in_flight_tickets "
         f"{min(settings.max_in_flight_tickets, settings.concurrency)}, handler 0 ms",
         "offered_per_queue": {
@@ -115,6 +133,7 @@ def _params(plan: Plan, model: Model, settings: QueueSettings) -> dict[str, Any]
         "window_s": plan.aws_sim_seconds,
         "steady_s": plan.aws_sim_steady,
         "queues": list(plan.aws_sim_queues),
+        "variants": list(plan.aws_sim_variants),
         "idle_messages": plan.aws_sim_idle_messages,
         "idle_gap_s": plan.aws_sim_idle_gap,
     }

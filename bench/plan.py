@@ -56,6 +56,10 @@ class Plan:
     aws_sim_seconds: float = 30.0
     aws_sim_steady: float = 70.0
     """Virtual seconds of the steady run after its warm-up (more than a coordinator run)."""
+    aws_sim_settings: str = ""
+    """Queue settings for every aws_sim run, as ``name=value,...`` (default: the defaults)."""
+    aws_sim_variants: tuple[str, ...] = ("concurrency=32", "concurrency=32,batch_size=100")
+    """More `enqueue` capacity points, one queue, each with these settings on top."""
     aws_sim_idle_messages: int = 20
     aws_sim_idle_gap: float = 150.0
     """Virtual seconds between two messages after idle (the coordinator run ends in between)."""
@@ -81,6 +85,7 @@ QUICK = replace(
     idle_worker_seconds=10.0,
     aws_sim_queues=(1,),
     aws_sim_seconds=15.0,
+    aws_sim_variants=("concurrency=32",),
     aws_sim_idle_messages=8,
 )
 SMOKE = replace(
@@ -106,6 +111,7 @@ SMOKE = replace(
     aws_sim_warmup=3.0,
     aws_sim_seconds=3.0,
     aws_sim_steady=5.0,
+    aws_sim_variants=("batch_size=20",),
     aws_sim_idle_messages=2,
     aws_sim_idle_gap=90.0,
 )

@@ -70,6 +70,15 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--scale", help="scale: backlog sizes, e.g. 1000,10000,100000")
     parser.add_argument("--sim-queues", help="aws_sim: queues per coordinator, e.g. 1,2,4")
     parser.add_argument("--sim-seconds", type=float, help="aws_sim: measured virtual seconds")
+    parser.add_argument(
+        "--sim-offered", help="aws_sim: msg/s offered per queue, enqueue,enqueue_many (400,4000)"
+    )
+    parser.add_argument(
+        "--sim-settings", help="aws_sim: queue settings for every run, e.g. concurrency=32"
+    )
+    parser.add_argument(
+        "--sim-variants", help="aws_sim: more capacity points, ';'-separated settings"
+    )
     return parser.parse_args(argv)
 
 
@@ -85,6 +94,14 @@ def choose_plan(args: argparse.Namespace) -> Plan:
         plan = replace(plan, aws_sim_queues=_ints(args.sim_queues))
     if args.sim_seconds:
         plan = replace(plan, aws_sim_seconds=args.sim_seconds)
+    if args.sim_offered:
+        single, packed = (float(v) for v in args.sim_offered.split(","))
+        plan = replace(plan, aws_sim_single_offered=single, aws_sim_packed_offered=packed)
+    if args.sim_settings is not None:
+        plan = replace(plan, aws_sim_settings=args.sim_settings)
+    if args.sim_variants is not None:
+        variants = tuple(v.strip() for v in args.sim_variants.split(";") if v.strip())
+        plan = replace(plan, aws_sim_variants=variants)
     return plan
 
 

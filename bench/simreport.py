@@ -45,7 +45,41 @@ def section(data: Results) -> list[str]:
     for row in rows[:3]:
         row.append("")
     main = _table(["", "`enqueue`", "`enqueue_many(100)`", "SQS standard"], rows)
-    return [main, _curve(data), _idle(data), _where(data["single"]["curve"][0])]
+    parts = [main, _curve(data), _idle(data), _where(data["single"]["curve"][0])]
+    if data.get("variants"):
+        parts.append(_variants(data))
+    return parts
+
+
+def _variants(data: Results) -> str:
+    rows = []
+    for point in [data["single"]["curve"][0], *data["variants"]]:
+        where = point["where_time_goes"]
+        busy = 1 - where["coordinator_share"].get("sleep", 0.0)
+        peak = max(f["peak_concurrency"] for f in where["worker_functions"])
+        rows.append(
+            [
+                point.get("settings") or "as above",
+                point["msgs_per_s_per_queue"],
+                f"{busy:.0%}",
+                where["dispatched_per_tick"],
+                where["ticket_dispatch_to_claim_ms"],
+                where["ticket_claim_to_applied_ms"],
+                peak,
+            ]
+        )
+    headers = [
+        "`enqueue`, one queue, settings",
+        "msg/s",
+        "coordinator busy",
+        "messages per tick",
+        "dispatch to claim ms",
+        "claim to applied ms",
+        "peak workers",
+    ]
+    return "Other settings (as deployed: in flight at most `concurrency`):\n\n" + _table(
+        headers, rows
+    )
 
 
 def _curve(data: Results) -> str:

@@ -294,3 +294,11 @@ def test_the_default_model_cites_its_sources() -> None:
         assert latency.source
     assert AWS.s3.writes_per_s == 3_500
     assert AWS.s3.reads_per_s == 5_500
+
+
+def test_settings_for_a_variant_go_on_top_of_the_base() -> None:
+    from bench.aws_sim import settings_from
+
+    base = settings_from("concurrency=32")
+    variant = settings_from("batch_size=100,visibility_timeout=45.5", base)
+    assert (variant.concurrency, variant.batch_size, variant.visibility_timeout) == (32, 100, 45.5)
