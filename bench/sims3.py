@@ -92,7 +92,7 @@ class SimS3:
         self.meter = Meter.empty()
         self._limits: dict[tuple[str, bool], RateLimit] = {}
         self.on_created: Callable[[str], None] | None = None
-        """Told each key a PUT created (S3 Object Created events)."""
+        """Told each key a PUT wrote, new or overwritten (S3 Object Created events)."""
 
     def partition(self, key: str) -> str:
         return "/".join(key.split("/")[: self.model.partition_depth])
@@ -213,14 +213,13 @@ class SimS3Client:
             store = self.s3.store
             if if_match is not None and store.head(Key) is None:
                 raise _error("NoSuchKey", 404, "PutObject")  # AWS: If-Match on a missing key
-            created = store.head(Key) is None
             try:
                 etag = store.put(
                     Key, Body, if_match=if_match, if_none_match=if_none_match, token=token
                 )
             except Conflict as exc:
                 raise _error("PreconditionFailed", 412, "PutObject") from exc
-            if created and self.s3.on_created is not None:
+            if self.s3.on_created is not None:  # an overwrite is an Object Created event too
                 self.s3.on_created(Key)
             return {"ETag": f'"{etag}"'}
 
