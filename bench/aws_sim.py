@@ -65,7 +65,7 @@ def settings_from(text: str, base: QueueSettings | None = None) -> QueueSettings
 def run(target: Target, plan: Plan, progress: Progress) -> dict[str, Any]:
     """Every run of the scenario (see the module docstring); `target` is not used."""
     model, settings = AWS, settings_from(plan.aws_sim_settings)
-    steps = 2 * (1 + len(plan.aws_sim_queues)) + 2 + len(plan.aws_sim_variants)
+    steps = 2 * (1 + len(plan.aws_sim_queues)) + 3 + len(plan.aws_sim_variants)
     done = 0
 
     def step(what: str) -> None:
@@ -101,6 +101,11 @@ def run(target: Target, plan: Plan, progress: Progress) -> dict[str, Any]:
     step("after idle, scheduled")
     out["after_idle"]["low_latency"] = after_idle(True, plan, model, settings)
     step("after idle, low latency")
+    busy = steady(
+        "single", out["single"]["steady"]["offered_per_s"], plan, model, settings, low_latency=True
+    )
+    out["after_idle"]["busy_low_latency"] = busy
+    step("busy, low latency")
     out["after_idle"]["low_latency_extra_usd_per_message"] = round(
         out["after_idle"]["low_latency"]["usd_per_message"]
         - out["after_idle"]["scheduled"]["usd_per_message"],
@@ -172,13 +177,19 @@ def capacity(point: Capacity, model: Model, settings: QueueSettings) -> dict[str
 
 
 def steady(
-    mode: str, rate: float, plan: Plan, model: Model, settings: QueueSettings
+    mode: str,
+    rate: float,
+    plan: Plan,
+    model: Model,
+    settings: QueueSettings,
+    *,
+    low_latency: bool = False,
 ) -> dict[str, Any]:
     """A sustainable rate until every message has started: latency (of the messages enqueued
     after the warm-up), requests and dollars (of all). It spans a coordinator handover (each
     scheduled run serves for a minute, then the next one takes over)."""
     pack = PACK if mode == "packed" else 1
-    world = World(WorldConfig(settings=settings), model)
+    world = World(WorldConfig(settings=settings, low_latency=low_latency), model)
     seconds = plan.aws_sim_warmup + plan.aws_sim_steady
     world.produce(calls_per_s=rate / pack, pack=pack, start_s=0, end_s=seconds)
     try:
@@ -198,6 +209,7 @@ def steady(
             "latency_ms": simmeasure.latency(world, plan.aws_sim_warmup),
             **simmeasure.requests(world, messages),
             **simmeasure.dollars(world, messages, model.prices),
+            "coordinator": world.lam.functions["coordinator"].stats(),
             "errors": world.kernel.errors[:5],
         }
     finally:

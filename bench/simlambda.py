@@ -64,9 +64,13 @@ class SimFunction:
     busy_ms: float = 0.0
     """Concurrency-milliseconds held (starts included): utilisation against `reserved`."""
     peak: int = 0
+    active: dict[int, float] = field(default_factory=dict)
+    """Invocations running now: their start (after the cold or warm start), ms."""
 
-    def gb_s(self) -> float:
-        return self.billed_ms / 1000 * self.memory_mb / 1024
+    def gb_s(self, now_ms: float | None = None) -> float:
+        """GB-seconds billed so far; with `now_ms`, running invocations' time up to then too."""
+        running = sum(now_ms - s for s in self.active.values()) if now_ms is not None else 0.0
+        return (self.billed_ms + running) / 1000 * self.memory_mb / 1024
 
     def stats(self) -> dict[str, Any]:
         return {
@@ -154,11 +158,13 @@ class LambdaService:
         else:
             kernel.wait(self.model.warm_start.sample(self.rng), "warm start")
         start = kernel.local_ms()
+        fn.active[number] = start
         context = SimContext(kernel, start + fn.timeout_s * 1000, f"req-{number:08d}")
         try:
             fn.body(event.payload, context, container)
         finally:
             end = kernel.local_ms()
+            fn.active.pop(number, None)
             fn.invocations += 1
             fn.billed_ms += max(1.0, end - start)
             fn.busy_ms += end - began

@@ -63,7 +63,8 @@ def requests(world: World, messages: int) -> dict[str, Any]:
 
 def dollars(world: World, messages: int, prices: Prices) -> dict[str, Any]:
     """USD per million messages: S3 requests (503s priced as requests too, to be safe), Lambda
-    requests and GB-seconds (workers and coordinator), EventBridge events."""
+    requests and GB-seconds (workers and coordinator; invocations still running are billed up
+    to now), EventBridge events."""
     meter = world.s3.meter
     kinds = meter.by_kind() + _slowdown_kinds(world)
     s3 = (
@@ -72,8 +73,8 @@ def dollars(world: World, messages: int, prices: Prices) -> dict[str, Any]:
         + kinds["DELETE"] * prices.s3_delete_per_1000
     ) / 1000
     functions = world.lam.functions.values()
-    invocations = sum(f.invocations for f in functions)
-    gb_s = sum(f.gb_s() for f in functions)
+    invocations = sum(f.invocations + len(f.active) for f in functions)
+    gb_s = sum(f.gb_s(world.kernel.now) for f in functions)
     events = world.schedule_events + world.s3_events
     parts = {
         "s3_requests": s3,

@@ -117,10 +117,19 @@ def _idle(data: Results) -> str:
         )
     headers = ["after idle", "messages", "p50 ms", "p99 ms", "coordinator runs", "$ per million"]
     extra = idle["low_latency_extra_usd_per_message"] * 1e6
+    busy, quiet = idle["busy_low_latency"], data["single"]["steady"]
+    coordinator = busy["coordinator"]
     return (
         _table(headers, rows)
-        + f"\n\nLow-latency mode, extra cost: ${extra:.2f} per million messages (whole runs, "
-        "idle probes included, divided by the messages)."
+        + f"\n\nLow-latency mode, extra cost after idle: ${extra:.2f} per million messages "
+        "(whole runs, idle probes included, divided by the messages). Busy, at the steady "
+        f"`enqueue` rate ({busy['offered_per_s']:g} msg/s): p50 {busy['latency_ms']['p50']:g} ms "
+        f"(scheduled {quiet['latency_ms']['p50']:g} ms), "
+        f"${busy['usd_per_million']['total']:.2f} per million (scheduled "
+        f"${quiet['usd_per_million']['total']:.2f}); "
+        f"{busy['events']['s3_object_created']:,} S3 events, "
+        f"{coordinator['throttled_deliveries']:,} throttled coordinator starts, "
+        f"{coordinator['dropped_events']:,} dropped after a minute."
     )
 
 
