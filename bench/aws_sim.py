@@ -106,15 +106,18 @@ def run(target: Target, plan: Plan, progress: Progress) -> dict[str, Any]:
     )
     out["after_idle"]["busy_low_latency"] = busy
     step("busy, low latency")
-    out["after_idle"]["low_latency_extra_usd_per_message"] = round(
-        out["after_idle"]["low_latency"]["usd_per_message"]
-        - out["after_idle"]["scheduled"]["usd_per_message"],
-        8,
+    idle = out["after_idle"]
+    idle["low_latency_extra_usd_per_message"] = round(
+        idle["low_latency"]["usd_per_message"] - idle["scheduled"]["usd_per_message"], 8
     )
+    low, scheduled = idle["low_latency"]["usd_per_million"], idle["scheduled"]["usd_per_million"]
+    idle["low_latency_extra_usd_per_million_by_part"] = {
+        part: round(low[part] - scheduled[part], 4) for part in low
+    }
     out["variants"] = []
     for variant in plan.aws_sim_variants:
         point = Capacity(
-            "single", 1, plan.aws_sim_single_offered, plan.aws_sim_warmup, plan.aws_sim_seconds
+            "single", 1, plan.aws_sim_variant_offered, plan.aws_sim_warmup, plan.aws_sim_seconds
         )
         result = capacity(point, model, settings_from(variant, settings))
         out["variants"].append({"settings": variant, **result})
@@ -133,6 +136,7 @@ def _params(plan: Plan, model: Model, settings: QueueSettings) -> dict[str, Any]
         "offered_per_queue": {
             "single": plan.aws_sim_single_offered,
             "packed": plan.aws_sim_packed_offered,
+            "variants": plan.aws_sim_variant_offered,
         },
         "warmup_s": plan.aws_sim_warmup,
         "window_s": plan.aws_sim_seconds,

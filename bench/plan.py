@@ -60,6 +60,8 @@ class Plan:
     """Queue settings for every aws_sim run, as ``name=value,...`` (default: the defaults)."""
     aws_sim_variants: tuple[str, ...] = ("concurrency=32", "concurrency=32,batch_size=100")
     """More `enqueue` capacity points, one queue, each with these settings on top."""
+    aws_sim_variant_offered: float = 2_000.0
+    """Messages per second offered in the variants (they may take more than the defaults)."""
     aws_sim_idle_messages: int = 20
     aws_sim_idle_gap: float = 150.0
     """Virtual seconds between two messages after idle (the coordinator run ends in between)."""

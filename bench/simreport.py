@@ -57,9 +57,10 @@ def _variants(data: Results) -> str:
         where = point["where_time_goes"]
         busy = 1 - where["coordinator_share"].get("sleep", 0.0)
         peak = max(f["peak_concurrency"] for f in where["worker_functions"])
+        bound = " (offered-bound)" if point["offered_bound"] else ""
         rows.append(
             [
-                point.get("settings") or "as above",
+                (point.get("settings") or "as above") + bound,
                 point["msgs_per_s_per_queue"],
                 f"{busy:.0%}",
                 where["dispatched_per_tick"],
@@ -89,15 +90,21 @@ def _curve(data: Results) -> str:
             [
                 single["queues"],
                 single["msgs_per_s_total"],
-                single["msgs_per_s_per_queue"],
+                _bounded(single),
                 packed["msgs_per_s_total"],
-                packed["msgs_per_s_per_queue"],
+                _bounded(packed),
             ]
         )
     headers = ["queues, one coordinator", "`enqueue` msg/s", "per queue"]
     return "Capacity against queues served by one coordinator function:\n\n" + _table(
         [*headers, "`enqueue_many(100)` msg/s", "per queue"], rows
     )
+
+
+def _bounded(point: Results) -> str:
+    """A per-queue rate, flagged when it is the offered rate (raise ``--sim-offered``)."""
+    flag = " (offered-bound)" if point["offered_bound"] else ""
+    return f"{point['msgs_per_s_per_queue']:,.1f}{flag}"
 
 
 def _idle(data: Results) -> str:
@@ -117,12 +124,16 @@ def _idle(data: Results) -> str:
         )
     headers = ["after idle", "messages", "p50 ms", "p99 ms", "coordinator runs", "$ per million"]
     extra = idle["low_latency_extra_usd_per_message"] * 1e6
+    parts = ", ".join(
+        f"{k} {v:+.2f}" for k, v in idle["low_latency_extra_usd_per_million_by_part"].items()
+    )
     busy, quiet = idle["busy_low_latency"], data["single"]["steady"]
     coordinator = busy["coordinator"]
     return (
         _table(headers, rows)
         + f"\n\nLow-latency mode, extra cost after idle: ${extra:.2f} per million messages "
-        "(whole runs, idle probes included, divided by the messages). Busy, at the steady "
+        f"({parts}; whole runs, idle probes included, divided by the messages). Busy, at the "
+        "steady "
         f"`enqueue` rate ({busy['offered_per_s']:g} msg/s): p50 {busy['latency_ms']['p50']:g} ms "
         f"(scheduled {quiet['latency_ms']['p50']:g} ms), "
         f"${busy['usd_per_million']['total']:.2f} per million (scheduled "
