@@ -21,16 +21,19 @@ them (``batch_size`` 10, worker concurrency 8, so at most 8 tickets in flight):
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from typing import Any
 
 from s3queue.config import QueueSettings
+from s3queue.producer import Queue
 
 from bench import simmeasure
 from bench.plan import Plan
 from bench.progress import Progress
 from bench.simaws import AWS, Model
-from bench.simworld import World, WorldConfig
+from bench.sims3 import sim_storage
+from bench.simworld import PREFIX, World, WorldConfig
 from bench.target import Target
 
 PACK = 100
@@ -64,7 +67,10 @@ def settings_from(text: str, base: QueueSettings | None = None) -> QueueSettings
 
 def run(target: Target, plan: Plan, progress: Progress) -> dict[str, Any]:
     """Every run of the scenario (see the module docstring); `target` is not used."""
-    model, settings = AWS, settings_from(plan.aws_sim_settings)
+    model, settings = (
+        replace(AWS, cpu_scale=plan.aws_sim_cpu_scale),
+        settings_from(plan.aws_sim_settings),
+    )
     steps = 2 * (1 + len(plan.aws_sim_queues)) + 3 + len(plan.aws_sim_variants)
     done = 0
 
@@ -252,12 +258,8 @@ def after_idle(
         world.stop()
 
 
-def _one(world: World, n: int) -> Any:
-    from s3queue.producer import Queue  # noqa: PLC0415
-
-    from bench.sims3 import sim_storage  # noqa: PLC0415
-    from bench.simworld import PREFIX  # noqa: PLC0415
-
+def _one(world: World, n: int) -> Callable[[], None]:
+    """A producer that enqueues one message."""
     queue = Queue(
         world.queues[0], storage=sim_storage(world.s3, "producer"), clock=world.clock, prefix=PREFIX
     )

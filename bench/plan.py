@@ -62,6 +62,8 @@ class Plan:
     """More `enqueue` capacity points, one queue, each with these settings on top."""
     aws_sim_variant_offered: float = 2_000.0
     """Messages per second offered in the variants (they may take more than the defaults)."""
+    aws_sim_cpu_scale: float = 1.0
+    """Virtual seconds charged per second of this machine's CPU the simulated code spends."""
     aws_sim_idle_messages: int = 20
     aws_sim_idle_gap: float = 150.0
     """Virtual seconds between two messages after idle (the coordinator run ends in between)."""

@@ -79,6 +79,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument(
         "--sim-variants", help="aws_sim: more capacity points, ';'-separated settings"
     )
+    parser.add_argument(
+        "--sim-cpu-scale", type=float, help="aws_sim: virtual s per CPU s of the code (1.0)"
+    )
     return parser.parse_args(argv)
 
 
@@ -99,6 +102,8 @@ def choose_plan(args: argparse.Namespace) -> Plan:
         plan = replace(plan, aws_sim_single_offered=single, aws_sim_packed_offered=packed)
     if args.sim_settings is not None:
         plan = replace(plan, aws_sim_settings=args.sim_settings)
+    if args.sim_cpu_scale is not None:
+        plan = replace(plan, aws_sim_cpu_scale=args.sim_cpu_scale)
     if args.sim_variants is not None:
         variants = tuple(v.strip() for v in args.sim_variants.split(";") if v.strip())
         plan = replace(plan, aws_sim_variants=variants)
