@@ -24,7 +24,7 @@ import heapq
 import itertools
 import threading
 import time
-from collections import Counter
+from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -45,7 +45,7 @@ class Actor:
     role: str
     baton: threading.Semaphore = field(default_factory=lambda: threading.Semaphore(0))
     cpu_mark: float = 0.0
-    waited_ms: Counter[str] = field(default_factory=Counter)
+    waited_ms: defaultdict[str, float] = field(default_factory=lambda: defaultdict(float))
     """Virtual time spent waiting, by cause (an S3 operation, "sleep", "invoke", ...)."""
     cpu_ms: float = 0.0
     """Virtual time charged for CPU."""

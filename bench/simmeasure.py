@@ -10,21 +10,28 @@ from bench.measure import percentile, summarize_ms
 from bench.simaws import Prices
 from bench.simworld import World
 
-Snapshot = dict[str, Counter[str]]
+Totals = dict[str, float]
+Snapshot = dict[str, Totals]
 
 
 def snapshot(world: World) -> Snapshot:
     """Virtual ms each role's actors spent so far, by cause ("cpu" for charged CPU)."""
     out: Snapshot = {}
     for actor in world.kernel.actors:
-        totals = out.setdefault(actor.role, Counter())
-        totals.update(actor.waited_ms)
-        totals["cpu"] += actor.cpu_ms
+        totals = out.setdefault(actor.role, {})
+        for cause, ms in [*actor.waited_ms.items(), ("cpu", actor.cpu_ms)]:
+            totals[cause] = totals.get(cause, 0.0) + ms
     return out
 
 
 def window(before: Snapshot, after: Snapshot) -> Snapshot:
-    return {role: after[role] - before.get(role, Counter()) for role in after}
+    """What each role spent between two snapshots, largest first."""
+    out: Snapshot = {}
+    for role, totals in after.items():
+        earlier = before.get(role, {})
+        spent = {cause: ms - earlier.get(cause, 0.0) for cause, ms in totals.items()}
+        out[role] = dict(sorted(((c, v) for c, v in spent.items() if v > 0), key=lambda cv: -cv[1]))
+    return out
 
 
 def rate(world: World, start_s: float, end_s: float) -> float:
@@ -108,7 +115,7 @@ def where_time_goes(world: World, spent: Snapshot, start_s: float, end_s: float)
     tracker, settings = world.tracker, world.settings
     lo, hi = world.kernel.start_ms + start_s * 1000, world.kernel.start_ms + end_s * 1000
     seconds = end_s - start_s
-    coordinator = spent.get("coordinator", Counter())
+    coordinator = spent.get("coordinator", {})
     total = sum(coordinator.values()) or 1.0
     tickets = [
         (tracker.dispatched_ms[k], tracker.claimed_ms.get(k), tracker.applied_ms.get(k))
@@ -116,19 +123,19 @@ def where_time_goes(world: World, spent: Snapshot, start_s: float, end_s: float)
         if lo <= tracker.dispatched_ms[k] < hi
     ]
     done = [(d, c, a) for d, c, a in tickets if c is not None and a is not None]
-    worker = spent.get("worker", Counter())
+    worker = spent.get("worker", {})
     n_done = max(len(done), 1)
     ticks = [t for t in tracker.ticks if lo <= t[0] < hi]
     in_flight_ms = sum(a - d for d, _, a in done)
     functions = [f for f in world.lam.functions.values() if f.role == "worker"]
     return {
-        "coordinator_share": {k: round(v / total, 3) for k, v in coordinator.most_common()},
+        "coordinator_share": {k: round(v / total, 3) for k, v in coordinator.items()},
         "coordinator_ticks": len(ticks),
         "dispatched_per_tick": round(sum(t[1] for t in ticks) / max(len(ticks), 1), 2),
         "ticks_at_in_flight_limit": round(
             sum(1 for t in ticks if t[2] >= settings.max_in_flight_tickets) / max(len(ticks), 1), 3
         ),
-        "worker_ms_per_ticket": {k: round(v / n_done, 1) for k, v in worker.most_common()},
+        "worker_ms_per_ticket": {k: round(v / n_done, 1) for k, v in worker.items()},
         "ticket_dispatch_to_claim_ms": _p50([c - d for d, c, _ in done]),
         "ticket_claim_to_applied_ms": _p50([a - c for _, c, a in done]),
         "in_flight_slot_use": round(
