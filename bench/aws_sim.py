@@ -71,7 +71,7 @@ def run(target: Target, plan: Plan, progress: Progress) -> dict[str, Any]:
         replace(AWS, cpu_scale=plan.aws_sim_cpu_scale),
         settings_from(plan.aws_sim_settings),
     )
-    steps = 2 * (1 + len(plan.aws_sim_queues)) + 3 + len(plan.aws_sim_variants)
+    steps = 2 * (1 + len(plan.aws_sim_queues)) + 4 + len(plan.aws_sim_variants)
     done = 0
 
     def step(what: str) -> None:
@@ -128,6 +128,8 @@ def run(target: Target, plan: Plan, progress: Progress) -> dict[str, Any]:
         result = capacity(point, model, settings_from(variant, settings))
         out["variants"].append({"settings": variant, **result})
         step(f"variant {variant}")
+    out["overload"] = overload(plan, model, settings)
+    step("overload")
     out["sqs_usd_per_million"] = model.prices.sqs_per_million_messages
     return out
 
@@ -220,6 +222,34 @@ def steady(
             **simmeasure.requests(world, messages),
             **simmeasure.dollars(world, messages, model.prices),
             "coordinator": world.lam.functions["coordinator"].stats(),
+            "errors": world.kernel.errors[:5],
+        }
+    finally:
+        world.stop()
+
+
+def overload(plan: Plan, model: Model, settings: QueueSettings) -> dict[str, Any]:
+    """`enqueue` offered above the prefix's write rate: what producers and the queue get
+    (handler starts counted once the first coordinator run is going, 4 s in)."""
+    world = World(WorldConfig(settings=settings), model)
+    rate, seconds = plan.aws_sim_overload_offered, plan.aws_sim_overload_seconds
+    world.produce(calls_per_s=rate, pack=1, start_s=0, end_s=seconds)
+    try:
+        world.run_until(seconds)
+        slowdowns: dict[str, int] = {}
+        for (role, _), n in world.s3.meter.slowdowns.items():
+            slowdowns[role] = slowdowns.get(role, 0) + n
+        return {
+            "offered_per_s": rate,
+            "seconds": seconds,
+            "enqueued_per_s": round(world.enqueued / seconds, 1),
+            "enqueue_failures": world.enqueue_failures,
+            "slowdowns_503_by_role": slowdowns,
+            "requests_by_role": {
+                role: dict(world.s3.meter.by_kind(role)) for role in ("producer", "coordinator")
+            },
+            "handler_starts_per_s": simmeasure.rate(world, min(4.0, seconds / 2), seconds),
+            "handler_starts_from_s": min(4.0, seconds / 2),
             "errors": world.kernel.errors[:5],
         }
     finally:

@@ -64,6 +64,9 @@ class Plan:
     """Messages per second offered in the variants (they may take more than the defaults)."""
     aws_sim_cpu_scale: float = 1.0
     """Virtual seconds charged per second of this machine's CPU the simulated code spends."""
+    aws_sim_overload_offered: float = 5_000.0
+    """`enqueue`s a second offered on one queue, above S3's 3,500 writes/s per prefix."""
+    aws_sim_overload_seconds: float = 14.0
     aws_sim_idle_messages: int = 20
     aws_sim_idle_gap: float = 150.0
     """Virtual seconds between two messages after idle (the coordinator run ends in between)."""
@@ -90,6 +93,7 @@ QUICK = replace(
     aws_sim_queues=(1,),
     aws_sim_seconds=15.0,
     aws_sim_variants=("concurrency=32",),
+    aws_sim_overload_seconds=8.0,
     aws_sim_idle_messages=8,
 )
 SMOKE = replace(
@@ -116,6 +120,8 @@ SMOKE = replace(
     aws_sim_seconds=3.0,
     aws_sim_steady=5.0,
     aws_sim_variants=("batch_size=20",),
+    aws_sim_overload_offered=8_000.0,
+    aws_sim_overload_seconds=1.5,
     aws_sim_idle_messages=2,
     aws_sim_idle_gap=90.0,
 )

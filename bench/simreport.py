@@ -48,7 +48,21 @@ def section(data: Results) -> list[str]:
     parts = [main, _curve(data), _idle(data), _where(data["single"]["curve"][0])]
     if data.get("variants"):
         parts.append(_variants(data))
+    if data.get("overload"):
+        parts.append(_overload(data["overload"]))
     return parts
+
+
+def _overload(d: Results) -> str:
+    by_role = ", ".join(f"{role} {n:,}" for role, n in d["slowdowns_503_by_role"].items())
+    return (
+        f"Above S3's write rate per prefix: {d['offered_per_s']:,.0f} `enqueue`s a second "
+        f"offered for {d['seconds']:g} s on one queue: {d['enqueued_per_s']:,.0f} enqueued a "
+        f"second, {d['enqueue_failures']:,} raised `StorageError` (S3Storage's retries spent); "
+        f"503 SlowDown answers: {by_role or 'none'}; handler starts "
+        f"{d['handler_starts_per_s']:g} a second from {d['handler_starts_from_s']:g} s on "
+        "(the producers' writes crowd out the coordinator's and workers' on the same prefix)."
+    )
 
 
 def _variants(data: Results) -> str:
