@@ -52,7 +52,8 @@ class S3Model:
     delete_many: Latency = Latency(35, 200, source=_S3 + "; DeleteObjects, assumed")
     slowdown: Latency = Latency(10, 50, source="a 503 answers at once, assumed")
     writes_per_s: float = 3_500.0
-    """PUT/COPY/POST/DELETE per second per partitioned prefix (AWS-FACTS, S3 request rate)."""
+    """PUT/COPY/POST/DELETE requests per second per partitioned prefix (AWS-FACTS, S3 request
+    rate); a DeleteObjects is one (POST) request."""
     reads_per_s: float = 5_500.0
     """GET/HEAD per second per partitioned prefix (AWS-FACTS); LIST counted with the reads."""
     burst_s: float = 1.0
