@@ -169,6 +169,12 @@ def _coldstart(data: Results) -> list[Row]:
     ]
 
 
+def _aws_sim(data: Results) -> list[Row]:
+    from bench import simreport  # noqa: PLC0415 - simreport builds on Row
+
+    return simreport.headline(data)
+
+
 BUILDERS: list[tuple[str, Callable[[Results], list[Row]]]] = [
     ("cost", _cost),
     ("idle", _idle),
@@ -176,4 +182,5 @@ BUILDERS: list[tuple[str, Callable[[Results], list[Row]]]] = [
     ("throughput", _throughput),
     ("latency", _latency),
     ("coldstart", _coldstart),
+    ("aws_sim", _aws_sim),
 ]

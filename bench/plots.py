@@ -15,6 +15,8 @@ import matplotlib.pyplot as plt  # the backend is chosen first
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
+from bench import simreport
+
 Results = dict[str, Any]
 KIND_COLORS = {"PUT": "#d62728", "LIST": "#ff7f0e", "GET": "#1f77b4", "DELETE": "#7f7f7f"}
 
@@ -174,4 +176,5 @@ FIGURES: list[tuple[str, Callable[[Results], Figure]]] = [
     ("cost", _cost),
     ("idle", _idle),
     ("scale", _scale),
+    ("aws_sim", simreport.figure),
 ]

@@ -7,7 +7,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from bench import headline, plots
+from bench import headline, plots, simreport
 
 Results = dict[str, Any]
 
@@ -63,7 +63,7 @@ def markdown(results: Results, images: list[str]) -> str:
         data = results["scenarios"].get(name)
         if data is None:
             continue
-        parts.append(f"## {name.capitalize()}")
+        parts.append(f"## {TITLES.get(name, name.capitalize())}")
         if "error" in data:
             parts.append(f"Failed: `{data['error']}`")
             continue
@@ -322,4 +322,6 @@ SECTIONS: list[tuple[str, Callable[[Results], list[str]]]] = [
     ("pool", _pool),
     ("fairness", _fairness),
     ("payload", _payload),
+    ("aws_sim", simreport.section),
 ]
+TITLES = {"aws_sim": "AWS simulation (virtual time; see docs/performance.md)"}

@@ -27,7 +27,7 @@ from bench.target import Target
 def test_scenarios_run_and_the_report_is_written(seaweed: EmbeddedS3, tmp_path: Path) -> None:
     # GIVEN the tiniest plan, one worker count, the scenarios that talk to S3
     plan = replace(SMOKE, workers=(2,))
-    names = ["throughput", "cost", "idle", "scale", "fairness", "payload"]
+    names = ["throughput", "cost", "idle", "scale", "fairness", "payload", "aws_sim"]
     # WHEN they run and the report is written
     with Target(server=seaweed) as target:
         scenarios = run_all(target, plan, names)
@@ -52,6 +52,15 @@ def test_scenarios_run_and_the_report_is_written(seaweed: EmbeddedS3, tmp_path: 
     assert scenarios["scale"]["flat"] is True
     assert scenarios["payload"]["worker"]["bytes_read"] == plan.payload_bytes
     assert "| producer |" in (tmp_path / "results.md").read_text()
+    sim = scenarios["aws_sim"]  # virtual time: figures of the simulated AWS, not of this machine
+    assert sim["single"]["msgs_per_s"] > 0
+    assert sim["packed"]["msgs_per_s"] > sim["single"]["msgs_per_s"]
+    assert sim["single"]["steady"]["per_message_by_role"]["producer"] == 1.0  # one PUT
+    assert sim["single"]["steady"]["started"] == sim["single"]["steady"]["enqueued"]
+    assert [p["queues"] for p in sim["single"]["curve"]] == [1, 2]
+    assert sim["after_idle"]["low_latency"]["latency_ms"]["count"] == SMOKE.aws_sim_idle_messages
+    assert sim["overload"]["slowdowns_503_by_role"]["producer"] > 0  # above 3,500 writes/s
+    assert "aws_sim.png" in {f.name for f in files}
     verdicts = {row.what: row.met for row in headline.rows(results)}
     assert verdicts["Idle S3 requests per minute per queue, coordinator Lambda (1 run a minute)"]
     assert "## Headline" in (tmp_path / "results.md").read_text()

@@ -1,0 +1,151 @@
+"""What the AWS simulation assumes about AWS in one region: latencies, limits and prices.
+
+Every figure says where it comes from. "AWS-FACTS" is /work/shared/AWS-FACTS.md (the project's
+digest of AWS documentation); figures marked *assumed* are not in it: typical published values,
+to be replaced by measurements (each is one field here).
+
+Latencies are log-normal, given by their median and 99th percentile, and cut at `cap_ms`:
+AWS-FACTS says a small S3 request's median is "in the tens of milliseconds" within a region,
+that the tail is long, and that a request not answered after 2 s is worth retrying (so no
+sample is longer than 2 s).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+Z99 = 2.3263478740408408
+"""The standard normal's 99th percentile."""
+
+
+@dataclass(frozen=True)
+class Latency:
+    """A log-normal latency: median `p50_ms`, 99th percentile `p99_ms`, no sample above `cap_ms`."""
+
+    p50_ms: float
+    p99_ms: float
+    cap_ms: float = 2_000.0
+    source: str = ""
+
+    def sample(self, rng: random.Random) -> float:
+        if self.p99_ms <= self.p50_ms:
+            return self.p50_ms
+        sigma = math.log(self.p99_ms / self.p50_ms) / Z99
+        return min(self.cap_ms, self.p50_ms * math.exp(rng.gauss(0.0, sigma)))
+
+
+_S3 = "AWS-FACTS (S3 latency: median in the tens of ms, long tail, retry after 2 s)"
+
+
+@dataclass(frozen=True)
+class S3Model:
+    """S3 Standard in one region."""
+
+    put: Latency = Latency(30, 200, source=_S3 + "; PUT ~30 ms p50 (issue 13)")
+    get: Latency = Latency(18, 120, source=_S3 + "; GET ~15-20 ms p50 (issue 13)")
+    head: Latency = Latency(15, 100, source=_S3 + "; as GET, no body")
+    list: Latency = Latency(50, 250, source=_S3 + "; LIST ~50 ms p50 (issue 13)")
+    delete: Latency = Latency(25, 150, source=_S3 + "; DELETE as a small PUT, assumed")
+    delete_many: Latency = Latency(35, 200, source=_S3 + "; DeleteObjects, assumed")
+    slowdown: Latency = Latency(10, 50, source="a 503 answers at once, assumed")
+    writes_per_s: float = 3_500.0
+    """PUT/COPY/POST/DELETE requests per second per partitioned prefix (AWS-FACTS, S3 request
+    rate); a DeleteObjects is one (POST) request."""
+    reads_per_s: float = 5_500.0
+    """GET/HEAD per second per partitioned prefix (AWS-FACTS); LIST counted with the reads."""
+    burst_s: float = 1.0
+    """Token-bucket depth in seconds of the rate (assumed: S3 publishes no burst figure)."""
+    partition_depth: int = 2
+    """Key segments of a partitioned prefix: ``s3queue/<queue>/`` (docs/performance.md counts
+    one queue as one prefix, its message keys growing at one end). S3's repartitioning under
+    sustained load (AWS-FACTS) is not modelled: the base rate holds for the whole run."""
+    sdk_retries: int = 5
+    """botocore standard-mode retries of the client `make_client` builds (s3queue code)."""
+
+
+@dataclass(frozen=True)
+class LambdaModel:
+    """AWS Lambda, asynchronous invocations, Python on arm64."""
+
+    invoke: Latency = Latency(30, 100, source="async Invoke ~30 ms (issue 13), assumed")
+    delivery: Latency = Latency(
+        40, 250, source="202 to the function's start (Lambda's internal queue), assumed"
+    )
+    warm_start: Latency = Latency(3, 20, source="a warm container takes the event, assumed")
+    cold_start: Latency = Latency(
+        550,
+        1_200,
+        source="sandbox init ~300 ms (assumed) + import of the entry point 246-252 ms "
+        "(bench coldstart, docs/performance.md)",
+    )
+    keep_warm_s: float = 600.0
+    """An idle container is reclaimed after this long (assumed; AWS publishes no figure)."""
+    account_concurrency: int = 1_000
+    """The account's regional concurrency (AWS-FACTS: 1,000 by default, shared)."""
+    throttle_retry_s: tuple[float, float] = (1.0, 300.0)
+    """A throttled async event is retried after 1 s, doubling to 5 min, until its maximum age
+    (Lambda documentation, asynchronous invocation; AWS-FACTS: "throttled async events are
+    retried by Lambda")."""
+
+
+@dataclass(frozen=True)
+class EventModel:
+    """What starts the coordinator."""
+
+    schedule_s: float = 60.0
+    """EventBridge ``rate(1 minute)``, the shortest rate (AWS-FACTS)."""
+    s3_event: Latency = Latency(
+        400,
+        1_500,
+        cap_ms=10_000,
+        source="PUT to EventBridge rule target (S3 Object Created events), assumed: "
+        "'typically seconds or less' in the S3 event notification docs",
+    )
+
+
+@dataclass(frozen=True)
+class Prices:
+    """USD, us-east-1 list prices."""
+
+    s3_put_list_per_1000: float = 0.005
+    """PUT, COPY, POST, LIST (AWS-FACTS)."""
+    s3_get_per_1000: float = 0.0004
+    """GET, HEAD and others (AWS-FACTS)."""
+    s3_delete_per_1000: float = 0.0
+    """DELETE free (AWS-FACTS); DeleteObjects counted as free too, as in docs/performance.md."""
+    lambda_per_million: float = 0.20
+    """Lambda requests (AWS-FACTS)."""
+    lambda_gb_s: float = 0.0000133334
+    """arm64 duration per GB-second, first tier (assumed: AWS-FACTS gives no figure)."""
+    eventbridge_per_million: float = 0.0
+    """Schedule and S3 Object Created events on the default bus (assumed free as AWS service
+    events; AWS-FACTS gives no EventBridge price). A rule's Lambda start is billed as a Lambda
+    request above."""
+    sqs_per_million_messages: dict[str, float] = field(
+        default_factory=lambda: {"unbatched": 1.20, "batched (10 per call)": 0.12}
+    )
+    """SQS standard: $0.40 per million requests, send + receive + delete (AWS-FACTS)."""
+
+
+@dataclass(frozen=True)
+class Model:
+    """AWS as the simulation sees it."""
+
+    s3: S3Model = S3Model()
+    lam: LambdaModel = LambdaModel()
+    events: EventModel = EventModel()
+    prices: Prices = Prices()
+    cpu_scale: float = 1.0
+    """Virtual seconds charged per CPU second an actor's own Python spends (see simkernel).
+    1.0 assumes a Lambda vCPU as fast as this machine's core at the functions' memory; Lambda
+    gives a 256 MB function about 256/1769 of a vCPU (Lambda documentation: one vCPU at
+    1,769 MB), so this is optimistic for CPU-heavy steps."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+AWS = Model()

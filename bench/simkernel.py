@@ -1,0 +1,213 @@
+"""Virtual time for the AWS simulation: real code in threads, one at a time, on a shared clock.
+
+Every simulated process (a producer, a coordinator or worker invocation) is an *actor*: a
+thread that runs the real s3queue code until that code waits — an S3 request, an invoke, a
+`Clock.sleep` — and then hands the baton to the actor or timer due next. Only one thread ever
+runs, so the order of events is the order of virtual time, and waiting costs no wall time::
+
+    kernel heap   (t=30 ms, producer-1) (t=42, coordinator) (t=55, timer: deliver event)
+    coordinator   ... LIST (wait 50 ms) ------------------------------> resumes at t=92
+    producer-1    PUT (wait 30 ms) --> resumes at t=30, applies the PUT, runs on ...
+
+The CPU an actor spends between two waits (its own Python: parsing listings, planning,
+encoding) can be charged to its virtual time too (`cpu_scale`, seconds of virtual time per
+second of this machine's CPU; 0 charges nothing): a Lambda's code is not free, and the charge
+shows where a busy coordinator's time goes. Charged CPU moves only that actor's own time.
+
+`stop` ends a run: every waiting actor is woken with `Stopped` (a `WorkerKilled`, which no
+s3queue code catches), so its thread unwinds at once without touching the simulated world.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from s3queue.guard import WorkerKilled
+
+Timer = Callable[[], None]
+
+
+class Stopped(WorkerKilled):
+    """The simulation ended: the actor's thread unwinds."""
+
+
+@dataclass(eq=False)
+class Actor:
+    """One simulated process: a thread that runs only while it holds the baton."""
+
+    name: str
+    role: str
+    baton: threading.Semaphore = field(default_factory=lambda: threading.Semaphore(0))
+    cpu_mark: float = 0.0
+    waited_ms: defaultdict[str, float] = field(default_factory=lambda: defaultdict(float))
+    """Virtual time spent waiting, by cause (an S3 operation, "sleep", "invoke", ...)."""
+    cpu_ms: float = 0.0
+    """Virtual time charged for CPU."""
+
+
+class Kernel:
+    """The event loop of virtual time (see the module docstring). Times are ms."""
+
+    def __init__(self, start_ms: float = 1_800_000_000_000.0, *, cpu_scale: float = 0.0) -> None:
+        self.start_ms = start_ms
+        self.now = start_ms
+        self.cpu_scale = cpu_scale
+        self.stopped = False
+        self.errors: list[str] = []
+        self.actors: list[Actor] = []
+        self._heap: list[tuple[float, int, Actor | Timer]] = []
+        self._seq = itertools.count()
+        self._current: Actor | None = None
+        self._local = threading.local()
+        self._main = threading.Semaphore(0)
+        self._threads: list[threading.Thread] = []
+
+    # -- time as the running actor sees it ------------------------------------------------
+
+    def actor(self) -> Actor | None:
+        return getattr(self._local, "actor", None)
+
+    def local_ms(self) -> float:
+        """Now, for the calling actor: the kernel's time plus the CPU it spent since it resumed."""
+        me = self.actor()
+        if me is None or not self.cpu_scale:
+            return self.now
+        return self.now + (time.thread_time() - me.cpu_mark) * 1000 * self.cpu_scale
+
+    def elapsed_s(self) -> float:
+        return (self.now - self.start_ms) / 1000
+
+    def wait(self, ms: float, cause: str) -> None:
+        """Block the calling actor for `ms` of virtual time (from its local time)."""
+        me = self._require()
+        local = self.local_ms()
+        me.cpu_ms += local - self.now
+        me.waited_ms[cause] += max(ms, 0.0)
+        self._push(local + max(ms, 0.0), me)
+        self._switch(me)
+
+    def _require(self) -> Actor:
+        me = self.actor()
+        if me is None:
+            raise RuntimeError("only a simulated actor can wait")
+        if self.stopped:
+            raise Stopped
+        return me
+
+    # -- scheduling ------------------------------------------------------------------------
+
+    def spawn(self, body: Callable[[], object], *, at_ms: float, name: str, role: str) -> Actor:
+        """A new actor that starts running `body` at `at_ms` (virtual)."""
+        actor = Actor(name, role)
+        self.actors.append(actor)
+        thread = threading.Thread(target=self._body, args=(actor, body), name=name, daemon=True)
+        self._threads.append(thread)
+        thread.start()
+        self._push(max(at_ms, self.now), actor)
+        return actor
+
+    def run_all(self, jobs: list[Callable[[], Any]]) -> list[Any]:
+        """Run `jobs` at once, each as an actor of its own (threads in production: the
+        coordinator's block of ticket publications), and wait until every one has returned."""
+        me = self._require()
+        results: dict[int, Any] = {}
+        for i, job in enumerate(jobs):
+
+            def body(i: int = i, job: Callable[[], Any] = job) -> None:
+                results[i] = job()
+
+            self.spawn(body, at_ms=self.local_ms(), name=f"{me.name}/{i}", role=me.role)
+        while len(results) < len(jobs):
+            self.wait(1.0, "publish")  # the threads' join, at 1 ms resolution
+        return [results[i] for i in range(len(jobs))]
+
+    def call_at(self, at_ms: float, timer: Timer) -> None:
+        """Run `timer` (which must not wait) at `at_ms`, in whichever thread passes the baton."""
+        self._push(max(at_ms, self.now), timer)
+
+    def _push(self, at_ms: float, item: Actor | Timer) -> None:
+        heapq.heappush(self._heap, (at_ms, next(self._seq), item))
+
+    def _body(self, actor: Actor, body: Callable[[], object]) -> None:
+        actor.baton.acquire()
+        if self.stopped:
+            return
+        self._local.actor = actor
+        actor.cpu_mark = time.thread_time()
+        try:
+            body()
+        except Stopped:
+            return
+        except Exception as exc:  # noqa: BLE001 - a crashed actor is reported, the run goes on
+            self.errors.append(f"{actor.name}: {type(exc).__name__}: {exc}")
+        if not self.stopped:
+            actor.cpu_ms += self.local_ms() - self.now
+            self._switch(None)
+
+    def _switch(self, me: Actor | None) -> None:
+        """Hand the baton to whatever is due next; if `me` is an actor, block until its turn."""
+        while self._heap:
+            at, _, item = heapq.heappop(self._heap)
+            self.now = max(self.now, at)
+            if item is _END:
+                self._main.release()
+                break
+            if isinstance(item, Actor):
+                if item is me:  # our own turn at once: run on
+                    me.cpu_mark = time.thread_time()
+                    return
+                item.baton.release()
+                break
+            item()  # a timer runs in this thread, then the next item is due
+        else:
+            self._main.release()  # nothing left to run
+        if me is not None:
+            me.baton.acquire()
+            if self.stopped:
+                raise Stopped
+            me.cpu_mark = time.thread_time()
+
+    def run(self, until_ms: float) -> None:
+        """Run virtual time up to `until_ms` (absolute), or until nothing is left to run."""
+        self._push(until_ms, _END)
+        self._switch(None)
+        self._main.acquire()
+
+    def stop(self, join_s: float = 10.0) -> None:
+        """End the run: every waiting actor unwinds (`Stopped`)."""
+        self.stopped = True
+        for _, _, item in self._heap:
+            if isinstance(item, Actor):
+                item.baton.release()
+        self._heap.clear()
+        deadline = time.monotonic() + join_s
+        for thread in self._threads:
+            thread.join(max(deadline - time.monotonic(), 0.01))
+
+
+def _end() -> None:  # pragma: no cover - a marker, never called
+    raise AssertionError
+
+
+_END: Timer = _end
+
+
+class SimClock:
+    """The s3queue `Clock` on virtual time: what every simulated actor's code is given."""
+
+    def __init__(self, kernel: Kernel) -> None:
+        self.kernel = kernel
+
+    def now_ms(self) -> int:
+        return int(self.kernel.local_ms())
+
+    def sleep(self, seconds: float) -> None:
+        # Even a zero sleep yields, so that actors due at the same instant take their turn.
+        self.kernel.wait(max(seconds, 0.0) * 1000, "sleep")

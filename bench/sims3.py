@@ -1,0 +1,291 @@
+"""Simulated S3 in one region, behind a boto3-shaped client, so the real `S3Storage` runs on it.
+
+    s3queue code --> S3Storage (real: retries, backoff, 412 settling, the create recheck)
+                 --> SimS3Client (boto3's method names and answers; botocore's standard-mode
+                     retries of a 503, as `make_client` configures them)
+                 --> SimS3 (one bucket: MemoryStorage's semantics, per-prefix request rates,
+                     latencies on the virtual clock, a request meter)
+
+A request waits its sampled latency and then takes effect, so effects happen in virtual-time
+order. Above a prefix's rate (3,500 writes / 5,500 reads per second, a token bucket) the request
+is answered ``503 SlowDown`` at once; botocore retries it after ``random() * 2**(n-1)`` seconds
+(at most 20 s) up to `S3Model.sdk_retries` times, except a create, which `no_blind_resend` keeps
+for `S3Storage` to check and resend. Only then does `S3Storage` see the ``ClientError``, and the
+core a `StorageError`, exactly as against AWS. Every attempt that reached S3 is counted.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from botocore.exceptions import ClientError
+from s3queue.clock import Clock
+from s3queue.errors import Conflict
+from s3queue.storage.memory import MemoryStorage
+from s3queue.storage.s3 import S3Storage
+from s3queue.storage.sending import TOKEN_METADATA, no_blind_resend
+
+from bench.simaws import Latency, S3Model
+from bench.simkernel import Kernel
+
+BUCKET = "sim"
+READ_OPS = frozenset({"GetObject", "HeadObject", "ListObjectsV2"})
+BILLED_KIND = {
+    "PutObject": "PUT",
+    "ListObjectsV2": "LIST",
+    "GetObject": "GET",
+    "HeadObject": "HEAD",
+    "DeleteObject": "DELETE",
+    "DeleteObjects": "DELETE",
+}
+"""The price class of each operation (see `Prices`)."""
+
+
+class RateLimit:
+    """A token bucket: `rate` per second, `burst_s` seconds deep."""
+
+    def __init__(self, rate: float, burst_s: float, now_ms: float) -> None:
+        self.rate, self.depth = rate, rate * burst_s
+        self.tokens, self.at_ms = self.depth, now_ms
+
+    def take(self, now_ms: float, n: int = 1) -> bool:
+        """Take `n` tokens if there are; False means 503 SlowDown."""
+        if now_ms > self.at_ms:
+            self.tokens = min(self.depth, self.tokens + (now_ms - self.at_ms) * self.rate / 1000)
+            self.at_ms = now_ms
+        if self.tokens < n:
+            return False
+        self.tokens -= n
+        return True
+
+
+@dataclass
+class Meter:
+    """Requests that reached S3, by (role, operation); 503s apart."""
+
+    requests: Counter[tuple[str, str]]
+    slowdowns: Counter[tuple[str, str]]
+
+    @classmethod
+    def empty(cls) -> Meter:
+        return cls(Counter(), Counter())
+
+    def by_kind(self, role: str | None = None) -> Counter[str]:
+        out: Counter[str] = Counter()
+        for (who, op), n in self.requests.items():
+            if role is None or who == role:
+                out[BILLED_KIND[op]] += n
+        return out
+
+
+class SimS3:
+    """One bucket in one region (see the module docstring)."""
+
+    def __init__(self, kernel: Kernel, clock: Clock, model: S3Model, rng: random.Random) -> None:
+        self.kernel, self.model, self.rng = kernel, model, rng
+        self.store = MemoryStorage(clock)
+        self.meter = Meter.empty()
+        self._limits: dict[tuple[str, bool], RateLimit] = {}
+        self.on_created: Callable[[str], None] | None = None
+        """Told each key a PUT wrote, new or overwritten (S3 Object Created events)."""
+
+    def partition(self, key: str) -> str:
+        return "/".join(key.split("/")[: self.model.partition_depth])
+
+    def admit(self, op: str, key: str) -> bool:
+        """Within the prefix's request rate?"""
+        read = op in READ_OPS
+        slot = (self.partition(key), read)
+        limit = self._limits.get(slot)
+        if limit is None:
+            rate = self.model.reads_per_s if read else self.model.writes_per_s
+            limit = self._limits[slot] = RateLimit(rate, self.model.burst_s, self.kernel.now)
+        return limit.take(self.kernel.local_ms())
+
+    def latency(self, op: str) -> Latency:
+        m = self.model
+        return {
+            "PutObject": m.put,
+            "GetObject": m.get,
+            "HeadObject": m.head,
+            "ListObjectsV2": m.list,
+            "DeleteObject": m.delete,
+            "DeleteObjects": m.delete_many,
+        }[op]
+
+
+def _error(code: str, status: int, op: str, message: str = "") -> ClientError:
+    response: Any = {
+        "Error": {"Code": code, "Message": message or code},
+        "ResponseMetadata": {"HTTPStatusCode": status},
+    }
+    return ClientError(response, op)
+
+
+def _when(ms: int) -> datetime:
+    return datetime.fromtimestamp(ms / 1000, tz=UTC)
+
+
+class _Events:
+    def register_first(self, *_: Any, **__: Any) -> None:
+        """`S3Storage` registers `no_blind_resend`; this client calls it itself."""
+
+
+class _Meta:
+    endpoint_url = "https://s3.sim.amazonaws.com"
+    region_name = "us-east-1"
+    events = _Events()
+
+
+class _Body:
+    def __init__(self, data: bytes) -> None:
+        self._data = data
+
+    def read(self) -> bytes:
+        return self._data
+
+
+class SimS3Client:
+    """The boto3 S3 client methods `S3Storage` calls, on `SimS3`, for one role's requests."""
+
+    meta = _Meta()
+
+    def __init__(self, s3: SimS3, role: str) -> None:
+        self.s3, self.role = s3, role
+
+    def _request(self, op: str, key: str, effect: Callable[[], Any], **retry: Any) -> Any:
+        """One call as botocore makes it: attempts, 503s and their retries, then the effect."""
+        s3, kernel = self.s3, self.s3.kernel
+        attempt = 0
+        while True:
+            attempt += 1
+            if s3.admit(op, key):
+                kernel.wait(s3.latency(op).sample(s3.rng), op)
+                s3.meter.requests[(self.role, op)] += 1
+                return effect()
+            kernel.wait(s3.model.slowdown.sample(s3.rng), op)
+            s3.meter.slowdowns[(self.role, op)] += 1
+            error = _error("SlowDown", 503, op, "Please reduce your request rate.")
+            if attempt > s3.model.sdk_retries or no_blind_resend(retry.get("request")) is False:
+                raise error
+            delay = min(s3.rng.random() * 2 ** (attempt - 1), 20.0)
+            kernel.wait(delay * 1000, "sdk backoff")
+
+    # -- the operations ---------------------------------------------------------------------
+
+    def get_object(self, *, Bucket: str, Key: str) -> dict[str, Any]:
+        def effect() -> dict[str, Any]:
+            obj = self.s3.store.get(Key)
+            if obj is None:
+                raise _error("NoSuchKey", 404, "GetObject")
+            return {
+                "Body": _Body(obj.body),
+                "ETag": f'"{obj.etag}"',
+                "LastModified": _when(obj.last_modified_ms),
+            }
+
+        return self._request("GetObject", Key, effect)  # type: ignore[no-any-return]
+
+    def head_object(self, *, Bucket: str, Key: str) -> dict[str, Any]:
+        def effect() -> dict[str, Any]:
+            head = self.s3.store.head(Key)
+            if head is None:
+                raise _error("404", 404, "HeadObject")
+            meta = {TOKEN_METADATA: head.token} if head.token else {}
+            return {"ETag": f'"{head.etag}"', "Metadata": meta}
+
+        return self._request("HeadObject", Key, effect)  # type: ignore[no-any-return]
+
+    def put_object(self, *, Bucket: str, Key: str, Body: bytes, **params: Any) -> dict[str, Any]:
+        if_match = str(params["IfMatch"]).strip('"') if "IfMatch" in params else None
+        if_none_match = params.get("IfNoneMatch") == "*"
+        token = params.get("Metadata", {}).get(TOKEN_METADATA)
+        headers = {"If-None-Match": "*"} if if_none_match else {}
+        if token is not None:
+            headers[f"x-amz-meta-{TOKEN_METADATA}"] = token
+
+        def effect() -> dict[str, Any]:
+            store = self.s3.store
+            if if_match is not None and store.head(Key) is None:
+                raise _error("NoSuchKey", 404, "PutObject")  # AWS: If-Match on a missing key
+            try:
+                etag = store.put(
+                    Key, Body, if_match=if_match, if_none_match=if_none_match, token=token
+                )
+            except Conflict as exc:
+                raise _error("PreconditionFailed", 412, "PutObject") from exc
+            if self.s3.on_created is not None:  # an overwrite is an Object Created event too
+                self.s3.on_created(Key)
+            return {"ETag": f'"{etag}"'}
+
+        return self._request(  # type: ignore[no-any-return]
+            "PutObject", Key, effect, request={"headers": headers}
+        )
+
+    def delete_object(self, *, Bucket: str, Key: str, **params: Any) -> dict[str, Any]:
+        if_match = str(params["IfMatch"]).strip('"') if "IfMatch" in params else None
+
+        def effect() -> dict[str, Any]:
+            try:
+                self.s3.store.delete(Key, if_match=if_match)
+            except Conflict as exc:
+                raise _error("PreconditionFailed", 412, "DeleteObject") from exc
+            return {}
+
+        return self._request("DeleteObject", Key, effect)  # type: ignore[no-any-return]
+
+    def delete_objects(self, *, Bucket: str, Delete: dict[str, Any]) -> dict[str, Any]:
+        keys = [o["Key"] for o in Delete["Objects"]]
+
+        def effect() -> dict[str, Any]:
+            self.s3.store.delete_many(keys)
+            return {"Errors": []}
+
+        # One POST request against the prefix's rate, as AWS-FACTS words the limit (requests);
+        # counting each key would starve a 10-key delete behind single-token producers.
+        return self._request("DeleteObjects", keys[0], effect)  # type: ignore[no-any-return]
+
+    def list_objects_v2(
+        self,
+        *,
+        Bucket: str,
+        Prefix: str,
+        MaxKeys: int = 1000,
+        StartAfter: str | None = None,
+        Delimiter: str | None = None,
+        ContinuationToken: str | None = None,
+    ) -> dict[str, Any]:
+        def effect() -> dict[str, Any]:
+            if Delimiter is not None:  # the partition folders: one page holds them all here
+                folders = self.s3.store.list_folders(Prefix)
+                return {"CommonPrefixes": [{"Prefix": f} for f in folders], "IsTruncated": False}
+            page = self.s3.store.list(Prefix, start_after=StartAfter, limit=MaxKeys)
+            contents = [
+                {
+                    "Key": e.key,
+                    "ETag": f'"{e.etag}"',
+                    "Size": e.size,
+                    "LastModified": _when(e.last_modified_ms),
+                }
+                for e in page.entries
+            ]
+            return {"Contents": contents, "IsTruncated": page.truncated}
+
+        return self._request("ListObjectsV2", Prefix, effect)  # type: ignore[no-any-return]
+
+
+def sim_storage(s3: SimS3, role: str) -> S3Storage:
+    """The production `S3Storage` on the simulated bucket; its backoff sleeps in virtual time."""
+    kernel = s3.kernel
+
+    def backoff(seconds: float) -> None:
+        kernel.wait(seconds * 1000, "S3Storage backoff")
+
+    return S3Storage(
+        SimS3Client(s3, role), BUCKET, sleep=backoff, rng=random.Random(s3.rng.random())
+    )

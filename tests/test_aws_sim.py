@@ -1,0 +1,304 @@
+"""The AWS simulation's parts (bench/): virtual time, simulated S3 under the real S3Storage, and
+simulated Lambda under the real LambdaInvoker. Everything runs in virtual time: no sleeping,
+no wall-clock assertions."""
+
+from __future__ import annotations
+
+import random
+import sys
+import threading
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+from s3queue.errors import StorageError
+from s3queue.invoke import LambdaInvoker
+from s3queue.producer import Queue
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root: bench/
+
+from bench.measure import percentile
+from bench.simaws import AWS, LambdaModel, Latency, S3Model
+from bench.simkernel import Kernel, SimClock
+from bench.simlambda import LambdaService, SimFunction, SimLambdaClient
+from bench.sims3 import RateLimit, SimS3, sim_storage
+
+
+def _s3(seed: int = 1, **model: Any) -> tuple[Kernel, SimS3]:
+    kernel = Kernel(0.0)
+    return kernel, SimS3(kernel, SimClock(kernel), replace(S3Model(), **model), random.Random(seed))
+
+
+def _in_actor(kernel: Kernel, body: Any) -> None:
+    """Run `body` as the one actor and let virtual time run out."""
+    kernel.spawn(body, at_ms=0.0, name="test", role="producer")
+    kernel.run(10_000_000.0)
+    kernel.stop()
+
+
+# -- virtual time ------------------------------------------------------------------------------
+
+
+def test_actors_run_in_virtual_time_order_one_at_a_time() -> None:
+    kernel = Kernel(0.0)
+    clock = SimClock(kernel)
+    seen: list[tuple[str, int]] = []
+
+    def actor(name: str, period: float) -> Any:
+        def body() -> None:
+            for _ in range(3):
+                clock.sleep(period)
+                seen.append((name, clock.now_ms()))
+
+        return body
+
+    kernel.spawn(actor("a", 0.1), at_ms=0.0, name="a", role="t")
+    kernel.spawn(actor("b", 0.25), at_ms=0.0, name="b", role="t")
+    kernel.call_at(150.0, lambda: seen.append(("timer", int(kernel.now))))
+    kernel.run(1_000.0)
+    kernel.stop()
+    assert seen == [
+        ("a", 100),
+        ("timer", 150),
+        ("a", 200),
+        ("b", 250),
+        ("a", 300),
+        ("b", 500),
+        ("b", 750),
+    ]
+
+
+def test_stop_unwinds_every_waiting_actor() -> None:
+    kernel = Kernel(0.0)
+    clock = SimClock(kernel)
+    finished = threading.Event()
+
+    def forever() -> None:
+        try:
+            while True:
+                clock.sleep(1.0)
+        finally:
+            finished.set()
+
+    kernel.spawn(forever, at_ms=0.0, name="forever", role="t")
+    kernel.run(5_000.0)
+    kernel.stop()
+    assert finished.is_set()
+    assert kernel.actors[0].waited_ms["sleep"] >= 5_000
+
+
+# -- simulated S3 ------------------------------------------------------------------------------
+
+
+def _put_get_times(seed: int) -> list[float]:
+    kernel, s3 = _s3(seed)
+    storage = sim_storage(s3, "producer")
+    times: list[float] = []
+
+    def body() -> None:
+        for n in range(50):
+            before = kernel.now
+            storage.put(f"s3queue/q/msg/{n:04d}", b"x", if_none_match=True, token=f"t{n}")
+            storage.get(f"s3queue/q/msg/{n:04d}")
+            times.append(kernel.now - before)
+
+    _in_actor(kernel, body)
+    return times
+
+
+def test_latencies_are_deterministic_under_a_seed() -> None:
+    assert _put_get_times(3) == _put_get_times(3)
+    assert _put_get_times(3) != _put_get_times(4)
+
+
+def test_latency_samples_follow_their_median_and_tail() -> None:
+    latency = Latency(30, 200)
+    rng = random.Random(5)
+    samples = [latency.sample(rng) for _ in range(20_000)]
+    assert 28 <= percentile(samples, 50) <= 32
+    assert 180 <= percentile(samples, 99) <= 220
+    assert max(samples) <= latency.cap_ms
+
+
+def test_the_meter_counts_every_request_by_role_and_kind() -> None:
+    kernel, s3 = _s3()
+    queue = Queue("q", storage=sim_storage(s3, "producer"), clock=SimClock(kernel))
+    _in_actor(kernel, lambda: [queue.enqueue({"n": n}) for n in range(3)])
+    assert s3.meter.by_kind("producer") == {"PUT": 3}
+    assert len(s3.store.list("s3queue/q/msg/").entries) == 3
+
+
+def test_rate_limit_refills_at_its_rate() -> None:
+    limit = RateLimit(10.0, 1.0, now_ms=0.0)
+    assert all(limit.take(0.0) for _ in range(10))
+    assert not limit.take(0.0)
+    assert limit.take(100.0)  # 100 ms at 10/s: one token back
+    assert not limit.take(100.0)
+
+
+def test_writes_above_the_prefix_rate_get_slowdown_and_the_core_a_storage_error() -> None:
+    # GIVEN a prefix that takes no write at all
+    kernel, s3 = _s3(writes_per_s=0.001)
+    queue = Queue("q", storage=sim_storage(s3, "producer"), clock=SimClock(kernel))
+    raised: list[Exception] = []
+
+    def body() -> None:
+        try:
+            queue.enqueue({"n": 1})
+        except StorageError as exc:
+            raised.append(exc)
+
+    # WHEN a producer enqueues
+    _in_actor(kernel, body)
+    # THEN it gets the StorageError S3Storage raises once its retries are spent: a create is
+    # never resent by the SDK, so S3Storage's 6 attempts each met one 503 and checked by HEAD
+    assert len(raised) == 1
+    assert "SlowDown" in str(raised[0])
+    assert s3.meter.slowdowns[("producer", "PutObject")] == 6
+    assert s3.meter.requests[("producer", "HeadObject")] == 6
+    assert s3.meter.requests[("producer", "PutObject")] == 0
+
+
+def test_a_plain_write_is_retried_by_the_sdk_too_and_reads_have_their_own_rate() -> None:
+    kernel, s3 = _s3(writes_per_s=0.001)
+    storage = sim_storage(s3, "worker")
+    outcome: list[str] = []
+
+    def body() -> None:
+        try:
+            storage.put("s3queue/q/tickets/1", b"t")
+        except StorageError:
+            outcome.append("refused")
+        storage.get("s3queue/q/msg/1")  # reads have their own rate: admitted
+
+    _in_actor(kernel, body)
+    assert outcome == ["refused"]
+    # botocore's 1 + 5 attempts inside each of S3Storage's 6
+    assert s3.meter.slowdowns[("worker", "PutObject")] == 36
+    assert s3.meter.requests[("worker", "GetObject")] == 1
+
+
+def test_each_queue_prefix_has_its_own_rate() -> None:
+    # GIVEN one write a second per prefix
+    kernel, s3 = _s3(writes_per_s=1.0)
+    storage = sim_storage(s3, "worker")
+    done: list[float] = []
+
+    def body() -> None:
+        for key in ("s3queue/a/msg/1", "s3queue/b/msg/1", "s3queue/a/msg/2"):
+            storage.put(key, b"x")
+            done.append(kernel.now)
+
+    _in_actor(kernel, body)
+    # THEN a second queue's first write is admitted at once, the first queue's second is not
+    assert s3.meter.slowdowns[("worker", "PutObject")] >= 1
+    assert s3.meter.requests[("worker", "PutObject")] == 3
+    assert done[2] - done[1] > 500  # waited for the bucket to refill (1 s after the first)
+
+
+def test_a_burst_above_the_rate_is_throttled_and_then_served() -> None:
+    # GIVEN 20 writes/s: a burst of 40 PUTs at one instant from 40 producers
+    kernel, s3 = _s3(writes_per_s=20.0)
+    failures: list[Exception] = []
+    for n in range(40):
+        storage = sim_storage(s3, "producer")
+
+        def body(storage: Any = storage, n: int = n) -> None:
+            try:
+                storage.put(f"s3queue/q/msg/{n:03d}", b"x", if_none_match=True, token=f"t{n}")
+            except StorageError as exc:
+                failures.append(exc)
+
+        kernel.spawn(body, at_ms=0.0, name=f"p{n}", role="producer")
+    kernel.run(600_000.0)
+    kernel.stop()
+    # THEN some met SlowDown, every write landed in the end (the retries wait for the rate)
+    assert sum(s3.meter.slowdowns.values()) > 0
+    assert not failures
+    assert len(s3.store.list("s3queue/q/msg/").entries) == 40
+
+
+# -- simulated Lambda --------------------------------------------------------------------------
+
+
+def _service(**model: Any) -> tuple[Kernel, LambdaService]:
+    kernel = Kernel(0.0)
+    return kernel, LambdaService(kernel, replace(LambdaModel(), **model), random.Random(2))
+
+
+def _function(kernel: Kernel, log: list[tuple[str, float]], **kw: Any) -> SimFunction:
+    def body(event: dict[str, Any], context: Any, container: Any) -> None:
+        log.append((event["n"], kernel.now))
+        kernel.wait(2_000.0, "handler")
+
+    params: dict[str, Any] = {"memory_mb": 1024, "timeout_s": 60.0, "reserved": 1}
+    params["max_event_age_s"] = 300.0
+    params.update(kw)
+    return SimFunction("worker_q", "worker", body, object, **params)
+
+
+def test_invoker_starts_the_function_and_a_throttled_event_runs_later() -> None:
+    # GIVEN a worker with reserved concurrency 1 and the real LambdaInvoker on the sim client
+    kernel, service = _service()
+    log: list[tuple[str, float]] = []
+    fn = service.add(_function(kernel, log))
+    invoker = LambdaInvoker(SimLambdaClient(service), {"q": "worker_q"})
+    # WHEN two tickets are invoked at once
+    kernel.spawn(
+        lambda: [invoker({"queue": "q", "ticket": t, "n": t}) for t in ("a", "b")],
+        at_ms=0.0,
+        name="coordinator",
+        role="coordinator",
+    )
+    kernel.run(60_000.0)
+    kernel.stop()
+    # THEN the first ran at once (cold), the second was throttled and ran after it (warm)
+    assert [n for n, _ in log] == ["a", "b"]
+    assert log[0][1] < 2_000 < log[1][1]
+    assert fn.throttles >= 1
+    assert fn.cold_starts == 1
+    assert fn.invocations == 2
+    assert fn.peak == 1
+    assert service.invoke_requests == 2
+    assert fn.gb_s() == pytest.approx(4.0, rel=0.01)  # 2 x 2 s at 1 GB
+
+
+def test_an_event_throttled_past_its_maximum_age_is_dropped() -> None:
+    kernel, service = _service()
+    log: list[tuple[str, float]] = []
+    fn = service.add(_function(kernel, log, max_event_age_s=5.0))
+    fn.running = fn.reserved or 0  # concurrency used up by someone else, for good
+    kernel.call_at(0.0, lambda: service.submit("worker_q", {"n": "x"}))
+    kernel.run(60_000.0)
+    kernel.stop()
+    assert log == []
+    assert fn.dropped == 1
+    assert fn.throttles >= 3  # retried after 1, 2 and 4 s
+
+
+def test_account_concurrency_caps_every_function() -> None:
+    kernel, service = _service(account_concurrency=2)
+    log: list[tuple[str, float]] = []
+    fn = service.add(_function(kernel, log, reserved=None))
+    for n in range(3):
+        kernel.call_at(0.0, lambda n=n: service.submit("worker_q", {"n": str(n)}))
+    kernel.run(1_000.0)
+    assert fn.peak == 2
+    assert len(log) == 2
+    kernel.stop()
+
+
+def test_the_default_model_cites_its_sources() -> None:
+    for latency in (AWS.s3.put, AWS.s3.get, AWS.s3.list, AWS.lam.invoke, AWS.lam.cold_start):
+        assert latency.source
+    assert AWS.s3.writes_per_s == 3_500
+    assert AWS.s3.reads_per_s == 5_500
+
+
+def test_settings_for_a_variant_go_on_top_of_the_base() -> None:
+    from bench.aws_sim import settings_from
+
+    base = settings_from("concurrency=32")
+    variant = settings_from("batch_size=100,visibility_timeout=45.5", base)
+    assert (variant.concurrency, variant.batch_size, variant.visibility_timeout) == (32, 100, 45.5)
