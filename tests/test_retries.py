@@ -121,3 +121,19 @@ def test_handler_exception_never_crashes_the_worker() -> None:
     h.drain(handler)
     assert handler.bodies() == ["ok", "raise", "ok2"]
     assert len(h.queue.dead_letters()) == 1
+
+
+def test_enqueueing_an_explicit_id_again_during_its_retry_backoff_is_a_no_op() -> None:
+    # GIVEN an explicit-id message that failed once: its retry copy waits out the backoff
+    h = Harness(settings=QueueSettings(backoff_base=5, backoff_cap=5))
+    h.queue.enqueue({"order": 1}, id="order-1")
+    h.tick()
+    h.work(Recorder(fail=lambda m: ValueError("down")))
+    [copy] = h.keys("msg/")
+    # WHEN the producer enqueues the same id again (a retried request, say)
+    h.queue.enqueue({"order": 1}, id="order-1")
+    # THEN nothing new is put: the marker names the copy, not the deleted first key
+    assert h.keys("msg/") == [copy]
+    handler = Recorder()
+    h.drain(handler)
+    assert [(m.id, m.attempt) for m in handler.seen] == [("order-1", 2)]

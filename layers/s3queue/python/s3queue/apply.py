@@ -251,6 +251,9 @@ def _put_released(
         origin,
     )
     _create(storage, keys.msg_key(key), encode_records(released, new_token()))
+    for record in released:
+        if record.dedup:
+            _follow_marker(storage, keys, record.id, keys.msg_key(key))
 
 
 def _with(record: Record, **changes: object) -> Record:
@@ -278,6 +281,32 @@ def _put_retry(
     else:
         key = MsgKey(max(due, ticket.committed_ms), record.id, None, 0, 1, origin)
     _create(storage, keys.msg_key(key), encode_records([retry], new_token()))
+    if record.dedup:
+        _follow_marker(storage, keys, record.id, keys.msg_key(key))
+
+
+def _follow_marker(storage: Storage, keys: QueueKeys, message_id: str, copy_key: str) -> None:
+    """Point a pending explicit id's marker at the message's new copy: a repeated enqueue
+    with that id then finds the copy (its PUT is a no-op), instead of putting the message
+    again at its first key, deleted once this copy was made. Conflict: the marker changed
+    (done, or moved by an earlier apply of this commit): leave it."""
+    obj = storage.get(keys.marker(message_id))
+    if obj is None:
+        return
+    try:
+        marker = Marker.decode(obj.body)
+    except MalformedMessage:
+        return
+    if marker.done or marker.key == copy_key:
+        return
+    token = new_token()
+    with contextlib.suppress(Conflict):
+        storage.put(
+            keys.marker(message_id),
+            Marker("pending", copy_key).encode(token),
+            if_match=obj.etag,
+            token=token,
+        )
 
 
 def _put_dead(
