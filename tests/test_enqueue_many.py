@@ -159,3 +159,32 @@ def test_items_on_seaweedfs(shared_s3_client: Any, bucket: str) -> None:
     assert sorted((m.id, m.body["n"], m.group, m.attributes) for m in seen) == sorted(
         [(ids[0], 0, None, {}), ("order-1", 1, "g", {"tenant": "acme"})]
     )
+
+
+def test_items_go_to_their_own_partitions() -> None:
+    h = Harness()
+    ids = h.queue.enqueue_many(
+        [
+            {"n": 0},
+            Item({"n": 1}, partition="acme"),
+            Item({"n": 2}, partition="acme"),
+            Item({"n": 3}, id="n-3", partition="globex"),
+            {"n": 4},
+        ],
+        partition="initech",
+    )
+    counts = {p: c["pending"] for p, c in h.queue.stats()["partitions"].items()}
+    assert counts == {"acme": 2, "globex": 1, "initech": 2}
+    assert len(h.keys("parts/acme/")) == 1  # the two acme items packed in one object
+    handler = Recorder()
+    h.drain(handler)
+    seen = {m.id: (m.body["n"], m.partition) for m in handler.seen}
+    assert seen == {
+        ids[0]: (0, "initech"),
+        ids[1]: (1, "acme"),
+        ids[2]: (2, "acme"),
+        "n-3": (3, "globex"),
+        ids[4]: (4, "initech"),
+    }
+    with pytest.raises(InvalidArgument, match="invalid partition"):
+        h.queue.enqueue_many([Item({}, partition="no/slash")])

@@ -26,7 +26,7 @@ from typing import Any, Literal
 
 from s3queue.attributes import check_attributes
 from s3queue.errors import EnqueueIncomplete, InvalidArgument, S3QueueError
-from s3queue.keys import MsgKey, QueueKeys, check_message_id, new_id
+from s3queue.keys import MsgKey, QueueKeys, check_message_id, check_partition, new_id
 from s3queue.model import Record, record_for
 from s3queue.writer import Writer
 
@@ -40,14 +40,17 @@ State = Literal["durable", "not_durable", "unknown"]
 class Item:
     """One message of `Queue.enqueue_many` with what `enqueue` takes per message.
 
-    ``Item(body, id="order-7", group="acme", attributes={"tenant": "acme"})``; attributes are
-    merged over the call's ``attributes=`` (the item's win). A plain body is ``Item(body)``.
+    ``Item(body, id="order-7", group="acme", attributes={"tenant": "acme"},
+    partition="acme")``; attributes are merged over the call's ``attributes=`` (the item's
+    win); ``partition`` (None: the call's ``partition=``) picks the item's partition. A plain
+    body is ``Item(body)``.
     """
 
     body: Any
     id: str | None = None
     group: str | None = None
     attributes: Mapping[str, str] | None = None
+    partition: str | None = None
 
 
 @dataclass(slots=True)
@@ -59,6 +62,7 @@ class _Write:
     key: MsgKey
     data: tuple[bytes, str]
     single: bool
+    partition: str | None = None
 
 
 def plan(
@@ -69,10 +73,11 @@ def plan(
     delay_ms: int,
     attributes: dict[str, str],
     check_group: Callable[[str | None], None],
+    partition: str | None = None,
 ) -> tuple[list[_Write], list[str]]:
     """Every write of the batch, checked and encoded (`InvalidArgument` before any PUT), and
-    the message ids in the order of `items`."""
-    packable: list[tuple[Any, Record]] = []
+    the message ids in the order of `items`. Packs hold one partition's messages each."""
+    packable: dict[str | None, list[tuple[Any, Record]]] = {}
     writes: list[_Write] = []
     seen_ids: set[str] = set()
     ids: list[str] = []
@@ -80,11 +85,13 @@ def plan(
         item = given if isinstance(given, Item) else Item(given)
         record = _record(item, now, attributes, check_group, seen_ids)
         ids.append(record.id)
+        home = check_partition(item.partition) if item.partition is not None else partition
         if record.dedup or record.group is not None:
             key = writer.key_for(record, delay_ms, now)
-            writes.append(_Write([given], [record], key, writer.encode([record]), single=True))
+            data = writer.encode([record])
+            writes.append(_Write([given], [record], key, data, single=True, partition=home))
         else:
-            packable.append((given, record))
+            packable.setdefault(home, []).append((given, record))
     packs = [
         _Write(
             [g for g, _ in chunk],
@@ -94,8 +101,10 @@ def plan(
             ),
             writer.encode([r for _, r in chunk]),
             single=False,
+            partition=home,
         )
-        for chunk in _pack(packable)
+        for home, pairs in packable.items()
+        for chunk in _pack(pairs)
     ]
     return packs + writes, ids
 
@@ -124,7 +133,9 @@ def _record(
 def send(writer: Writer, keys: QueueKeys, writes: list[_Write], now: int) -> None:
     """Put `writes` in order; `EnqueueIncomplete` at the first that fails (module docstring)."""
     states: dict[str, State] = {}
+    base = keys
     for index, write in enumerate(writes):
+        keys = base.partitioned(write.partition)
         try:
             if write.single:
                 writer.put_one(keys, write.records[0], write.key, write.data, now)

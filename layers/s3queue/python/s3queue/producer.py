@@ -221,18 +221,19 @@ class Queue:
         partition: str | None = None,
         attributes: Mapping[str, str] | None = None,
     ) -> list[str]:
-        """Add many messages, all in one ``partition`` (None: the default one); their ids, in
-        the order given.
+        """Add many messages, into ``partition`` (None: the default one) unless an item says
+        otherwise; their ids, in the order given.
 
         Each item is a body, or a `batch.Item` (``s3queue.Item``) with its own ``id``,
-        ``group`` and ``attributes`` (merged over ``attributes=``). Plain ones are packed into
-        as few objects as possible (one PUT per 4 MiB); one with an id or a group is an object of
-        its own, as `enqueue` writes it. Every item is checked before the first PUT: one bad item
-        writes nothing. A PUT that fails stops the batch with `EnqueueIncomplete`, which says
+        ``group``, ``partition`` and ``attributes`` (merged over ``attributes=``). Plain ones
+        are packed into as few objects as possible (one PUT per 4 MiB, one partition per
+        object); one with an id or a group is an object of its own, as `enqueue` writes it.
+        Every item is checked before the first PUT: one bad item writes nothing. A PUT that
+        fails stops the batch with `EnqueueIncomplete`, which says
         which messages are durable and which items to send again (see `batch`).
         """
         delay_ms = _delay_ms(delay)
-        keys = self.keys.partitioned(check_partition(partition))
+        check_partition(partition)
         attrs = check_attributes(attributes)
         batch.check_items(items)
         now = self.clock.now_ms()
@@ -243,8 +244,9 @@ class Queue:
             delay_ms=delay_ms,
             attributes=attrs,
             check_group=_check_group,
+            partition=partition,
         )
-        batch.send(self.writer, keys, writes, now)
+        batch.send(self.writer, self.keys, writes, now)
         return ids
 
     def stats(self) -> dict[str, Any]:
