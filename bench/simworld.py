@@ -158,6 +158,7 @@ class World:
             clock=self.clock,
             rng=random.Random(self.rng.random()),
             listener=self.tracker,
+            read_ahead=self.kernel.run_all,  # the read-ahead's GETs overlap in virtual time
         )
         return worker, self._handler
 

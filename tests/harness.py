@@ -68,6 +68,7 @@ class Harness:
             rng=random.Random(seed),
             owner=owner,
             listener=self.events.append,
+            read_ahead=in_order,
         )
 
     def tick(self) -> TickResult:

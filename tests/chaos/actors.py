@@ -19,8 +19,9 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from s3queue.clock import Clock
+from s3queue.concurrency import RunAll
 from s3queue.config import CoordinatorSettings, QueueSettings
-from s3queue.coordinator import Coordinator, Job, RunAll
+from s3queue.coordinator import Coordinator
 from s3queue.errors import S3QueueError
 from s3queue.keys import QueueKeys
 from s3queue.producer import Queue
@@ -181,11 +182,11 @@ PULL_IDLE_S = 0.5
 
 
 def _shuffled(actor: Actor) -> RunAll:
-    """A block's publications one by one in a random order, as threads may land them: a
-    later seq can be in S3 while an earlier one is not yet (or never)."""
+    """Jobs one by one in a random order, as threads may finish them: a block's later seq can
+    be in S3 while an earlier one is not yet (or never)."""
 
-    def run_all(jobs: list[Job]) -> list[int | BaseException]:
-        results: dict[int, int | BaseException] = {}
+    def run_all(jobs: list[Callable[[], Any]]) -> list[Any]:
+        results: dict[int, Any] = {}
         for i in actor.rng.sample(range(len(jobs)), len(jobs)):
             results[i] = jobs[i]()
         return [results[i] for i in range(len(jobs))]
@@ -223,6 +224,7 @@ def _serve_invocations(
         owner=owner,
         listener=world.history.listener(owner),
         heartbeat_thread=world.heartbeat_thread,
+        read_ahead=_shuffled(actor),  # reads of a ticket's objects, as threads may order them
     )
     timeout_ms = world.settings.timeout * 1000
     while True:

@@ -113,6 +113,7 @@ class Bench:
             rng=random.Random(name),
             owner=name,
             listener=self.history.listener(name),
+            read_ahead=in_order,
         )
 
     def handler(self, worker: Worker) -> Callable[[Any], None]:

@@ -20,13 +20,13 @@ from __future__ import annotations
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import partial
 
 from s3queue import scan
 from s3queue.admin import iter_keys
 from s3queue.clock import Clock, SystemClock, ms
+from s3queue.concurrency import RunAll, Threads, in_order
 from s3queue.config import CoordinatorSettings, QueueSettings
 from s3queue.cursor import Cursor, Cursors
 from s3queue.errors import Conflict
@@ -38,7 +38,7 @@ from s3queue.probe import probe
 from s3queue.reconcile import Invoker, Known, Reconciler
 from s3queue.storage.base import Entry, Storage, new_token
 
-__all__ = ["Coordinator", "Invoker", "Known", "TickResult"]
+__all__ = ["Coordinator", "Invoker", "Job", "Known", "RunAll", "TickResult", "in_order"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,12 +110,13 @@ class Coordinator:
     ) -> None:
         self.storage = storage
         self.keys = QueueKeys(prefix, check_queue_name(queue))
-        self.run_all = run_all or self._in_threads
-        """How a block of publications runs: threads (at most `publish_concurrency`) by default;
-        tests pass one that runs them one by one, in a chosen order."""
-        self._pool: ThreadPoolExecutor | None = None
         self.settings = settings or QueueSettings()
         self.config = coordination or CoordinatorSettings()
+        self.run_all: RunAll = run_all or Threads(
+            self.config.publish_concurrency, "s3queue-publish"
+        )
+        """How a block of publications runs: threads (at most `publish_concurrency`) by default;
+        tests pass one that runs them one by one, in a chosen order (concurrency.py)."""
         self.clock = clock or SystemClock()
         self.emit = Emitter(queue, listener)
         self.owner = owner or uuid.uuid4().hex[:12]
@@ -367,13 +368,6 @@ class Coordinator:
         self.memory.next_seq += 1
         return seq
 
-    def _in_threads(self, jobs: list[Job]) -> list[int | BaseException]:
-        if self._pool is None:
-            self._pool = ThreadPoolExecutor(
-                self.config.publish_concurrency, thread_name_prefix="s3queue-publish"
-            )
-        return list(self._pool.map(lambda job: job(), jobs))
-
     def _publish(
         self, batch: list[scan.Candidate], now: int, seq: int, *, checked: bool = False
     ) -> int:
@@ -407,14 +401,7 @@ class Coordinator:
 BLOCK_TICKETS_PER_THREAD = 4
 """A reserved block has room for this many ticks' worth of concurrent publications."""
 Job = Callable[[], "int | BaseException"]
-RunAll = Callable[[list[Job]], "list[int | BaseException]"]
-"""Runs publication jobs (each returns its count, or the exception it raised) and returns
-their results in the jobs' order."""
-
-
-def in_order(jobs: list[Job]) -> list[int | BaseException]:
-    """A `RunAll` that runs the jobs one by one, in order (deterministic: for tests)."""
-    return [job() for job in jobs]
+"""A publication: its message count, or the exception it raised."""
 
 
 def _captured(

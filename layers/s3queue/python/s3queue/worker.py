@@ -21,13 +21,15 @@ import random
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, Literal
 
 from s3queue.apply import Loaded, apply_ticket, load_ref
 from s3queue.claim import Beating, Claim
 from s3queue.clock import Clock, SystemClock
+from s3queue.concurrency import RunAll, Threads
 from s3queue.config import CoordinatorSettings, QueueSettings
-from s3queue.errors import LeaseLost
+from s3queue.errors import LeaseLost, S3QueueError
 from s3queue.events import Emitter, Listener
 from s3queue.guard import Guard
 from s3queue.handle import Handler, Runner
@@ -53,6 +55,10 @@ class WorkResult:
         return sum(1 for o in self.outcomes if o.kind == kind)
 
 
+READ_AHEAD = 8
+"""Objects of a ticket read at once, ahead of the handler (at most this many held unread)."""
+
+
 class Worker:
     """Processes tickets of one queue with one handler callable."""
 
@@ -71,6 +77,7 @@ class Worker:
         listener: Listener | None = None,
         time_margin: float = 5.0,
         heartbeat_thread: bool = False,
+        read_ahead: RunAll | None = None,
     ) -> None:
         self.storage = storage
         self.keys = QueueKeys(prefix, check_queue_name(queue))
@@ -84,6 +91,8 @@ class Worker:
         # release every message, every time, and the queue would never move.
         self.time_margin_ms = min(round(time_margin * 1000), round(self.settings.timeout * 250))
         self.heartbeat_thread = heartbeat_thread
+        self.read_ahead: RunAll = read_ahead or Threads(READ_AHEAD, "s3queue-read")
+        """How the next `READ_AHEAD` objects of a ticket are read at once (concurrency.py)."""
         self.runner = Runner(
             storage, self.keys, self.settings, clock=self.clock, rng=self.rng, emit=self.emit
         )
@@ -204,6 +213,24 @@ class Worker:
             ticket.running, ticket.running_index = ref.key, 0
             ticket.running_id = first.records[0].id
 
+    def _read_ahead(self, refs: list[Ref], cache: dict[str, Loaded | None]) -> None:
+        """Read `refs`' objects at once, into `cache`: a ticket's GETs overlap instead of
+        adding up. One that fails is left out: `_load` reads it again in its turn, and its
+        error surfaces there, where it did before."""
+        wanted = [ref for ref in refs if ref.key not in cache]
+        max_bytes = self.settings.max_message_bytes
+
+        def read(ref: Ref) -> tuple[str, Loaded | None] | None:
+            try:
+                return ref.key, load_ref(self.storage, self.keys, ref, max_bytes)
+            except S3QueueError:
+                return None
+
+        jobs: list[Callable[[], Any]] = [partial(read, ref) for ref in wanted]
+        for found in self.read_ahead(jobs):
+            if found is not None:
+                cache[found[0]] = found[1]
+
     def _load(self, ref: Ref, cache: dict[str, Loaded | None]) -> Loaded | None:
         """`ref`'s object, read once per claim: the cache holds what was read before."""
         if ref.key not in cache:
@@ -263,8 +290,11 @@ class Worker:
     def _messages(
         self, claim: Claim, loaded: dict[str, Loaded | None]
     ) -> Iterator[tuple[Ref, int, Record, str | None]]:
-        for ref in claim.ticket.refs:
-            result = self._load(ref, loaded)  # the first may have been read before the claim
+        refs = claim.ticket.refs
+        for at, ref in enumerate(refs):
+            if ref.key not in loaded:  # the first may have been read before the claim
+                self._read_ahead(refs[at : at + READ_AHEAD], loaded)
+            result = self._load(ref, loaded)
             if result is None:
                 continue
             for index, record in enumerate(result.records):

@@ -1,0 +1,39 @@
+"""Running a few I/O-bound calls at once: the coordinator's block of ticket publications, the
+worker's read-ahead of a ticket's messages.
+
+A `RunAll` takes zero-argument jobs and returns their results in the jobs' order, once every
+job has returned. Production runs them on threads (`Threads`); tests and simulations pass
+`in_order` (deterministic, every call a crash point) or one of their own (the chaos
+simulation shuffles them; the AWS simulation overlaps them in virtual time).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+RunAll = Callable[[list[Callable[[], Any]]], list[Any]]
+
+
+def in_order(jobs: list[Callable[[], Any]]) -> list[Any]:
+    """A `RunAll` that runs the jobs one by one, in order."""
+    return [job() for job in jobs]
+
+
+class Threads:
+    """A `RunAll` on a pool of at most `size` threads, made on first use."""
+
+    def __init__(self, size: int, name: str) -> None:
+        self.size, self.name = max(size, 1), name
+        self._pool: ThreadPoolExecutor | None = None
+        self._lock = threading.Lock()
+
+    def __call__(self, jobs: list[Callable[[], Any]]) -> list[Any]:
+        if len(jobs) < 2:
+            return in_order(jobs)
+        with self._lock:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(self.size, thread_name_prefix=self.name)
+        return list(self._pool.map(lambda job: job(), jobs))
