@@ -65,9 +65,13 @@ class Plan:
     """Virtual seconds of the steady run after its warm-up (more than a coordinator run)."""
     aws_sim_settings: str = ""
     """Queue settings for every aws_sim run, as ``name=value,...`` (default: the defaults)."""
-    aws_sim_variants: tuple[str, ...] = ("concurrency=32", "concurrency=32,batch_size=100")
+    aws_sim_variants: tuple[str, ...] = (
+        "concurrency=32",
+        "concurrency=32,batch_size=100",
+        "concurrency=32,batch_size=200",
+    )
     """More `enqueue` capacity points, one queue, each with these settings on top."""
-    aws_sim_variant_offered: float = 2_000.0
+    aws_sim_variant_offered: float = 3_000.0
     """Messages per second offered in the variants (they may take more than the defaults)."""
     aws_sim_cpu_scale: float = 1.0
     """Virtual seconds charged per second of this machine's CPU the simulated code spends."""
