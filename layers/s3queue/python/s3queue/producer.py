@@ -21,7 +21,7 @@ import math
 import numbers
 from collections.abc import Iterable, Mapping
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from s3queue import admin
 from s3queue.clock import Clock, SystemClock
@@ -30,6 +30,9 @@ from s3queue.events import Emitter, Listener
 from s3queue.keys import MsgKey, QueueKeys, check_message_id, check_queue_name, new_id
 from s3queue.model import Marker, Record, encode_records, record_for
 from s3queue.storage.base import Storage, new_token
+
+if TYPE_CHECKING:
+    from s3queue.batching import GroupCommit
 
 _log = logging.getLogger(__name__)
 
@@ -137,6 +140,15 @@ class Queue:
             self._create(key, self._encode(chunk))
             self.emit("enqueue", now, message_ids=[r.id for r in chunk], key=key)
         return [r.id for r in records]
+
+    def batching(self, *, window: float = 0.05, max_messages: int = 1000) -> GroupCommit:
+        """A group-commit producer of this queue: concurrent `enqueue` calls arriving within
+        `window` seconds share one PUT, each returning once its message is durable
+        (`s3queue.batching`)."""
+        # Imported on use: the Lambda functions import this module, and never batch.
+        from s3queue.batching import GroupCommit  # noqa: PLC0415
+
+        return GroupCommit(self, window=window, max_messages=max_messages)
 
     def stats(self) -> dict[str, Any]:
         """Counts of pending, delayed, in-flight and dead messages, and the oldest's age.
