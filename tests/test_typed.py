@@ -249,6 +249,7 @@ def test_the_worker_lambda_validates_the_example_ship_order(
     monkeypatch.setenv("S3QUEUE_OUTBOX", str(tmp_path))
     app = load_worker_app()
     app.container.cache_clear()
+    app.metrics.clear_metrics()
     storage = S3Storage(aws, BUCKET)
     queue = Queue("ship_order", storage=storage)
     good = queue.enqueue(ORDER)
