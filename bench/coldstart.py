@@ -9,6 +9,8 @@ environment (on Lambda: the runtime and the public Powertools layer). Two varian
   start, as on Lambda; boto3 and Powertools keep their bytecode;
 - ``with bytecode``: the same copy, compiled beforehand.
 
+The ``worker+<queue>`` entries add the handler module the worker's first invocation imports
+(pydantic, for a handler with a typed body, comes with the public Powertools layer on Lambda).
 Time is measured inside the child around the import statement (interpreter start-up excluded),
 median of ``import_runs``; ``-X importtime`` gives the biggest contributors.
 """
@@ -39,9 +41,13 @@ ASSET = ROOT / "layers" / "s3queue"
 LAYER = ASSET / "python"
 FUNCTIONS = ROOT / "functions"
 ENTRY_POINTS = {
-    # name: (code root relative to functions/, module Lambda imports)
+    # name: (code root relative to functions/, modules Lambda imports)
     "worker": (".", "worker.app"),
     "coordinator": ("coordinator", "app"),
+    # A worker's first invocation also imports its handler module: an untyped one, and
+    # ship_order, whose body model brings pydantic (typed messages, s3queue.typed).
+    "worker+generate_report": (".", "worker.app, handlers.generate_report"),
+    "worker+ship_order": (".", "worker.app, handlers.ship_order"),
 }
 TOP = 8
 

@@ -1,7 +1,8 @@
 """Cost: S3 requests per message by kind and by role, and the price of a million messages.
 
-Each mode enqueues the same number of messages (``enqueue`` one by one, or ``enqueue_many`` in
-packs of 10, 100, 1,000), then a coordinator and a worker drain them, driven by hand (tick,
+Each mode enqueues the same number of messages (``enqueue`` one by one, ``enqueue_many`` in
+packs of 10, 100, 1,000, or ``enqueue`` from 64 threads through one group commit,
+``Queue.batching(window=0.05)``), then a coordinator and a worker drain them, driven by hand (tick,
 process every ticket, until a tick finds nothing) as ``tests/test_budget.py`` does, with
 default settings (10 refs a ticket). Producer, coordinator and worker each have a boto3 client
 of their own with a `RequestCounter`, so every request is attributed to its role. Idle polling
@@ -11,6 +12,8 @@ included, are in the throughput scenario.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from s3queue.coordinator import Coordinator
@@ -38,16 +41,22 @@ SQS_PER_REQUEST = 0.40 / 1_000_000
 SQS_REQUESTS = {"unbatched": 3.0, "batched (10 per call)": 0.3}
 """Send, receive and delete per message; a tenth of each with the 10-message batch calls."""
 ROLES = ("enqueue", "coordinator", "worker")
+GROUP_COMMIT_THREADS = 64
+GROUP_COMMIT_WINDOW = 0.05
+"""A busy service: 64 request threads, each enqueueing one message at a time, 50 ms window."""
+GROUP_COMMIT = f"group commit ({GROUP_COMMIT_THREADS} threads, {GROUP_COMMIT_WINDOW * 1000:g} ms)"
+Fill = Callable[[Queue, int], None]
 MAX_TICKS = 10_000
 
 
 def run(target: Target, plan: Plan, progress: Progress) -> dict[str, Any]:
-    modes: list[tuple[str, int, int | None]] = [("enqueue", plan.cost_single, None)]
-    modes += [(f"enqueue_many({k})", plan.cost_packed, k) for k in plan.pack_sizes]
+    modes: list[tuple[str, int, Fill]] = [("enqueue", plan.cost_single, _single)]
+    modes += [(f"enqueue_many({k})", plan.cost_packed, _packs(k)) for k in plan.pack_sizes]
+    modes.append((GROUP_COMMIT, plan.cost_single, _group_commit))
     results = []
-    for n, (label, messages, pack) in enumerate(modes):
+    for n, (label, messages, fill) in enumerate(modes):
         progress.update(n / len(modes), f"{label}: {messages} messages")
-        results.append(measure(target, label, messages, pack))
+        results.append(measure(target, label, messages, fill))
     return {
         "params": {
             "modes": [{"mode": label, "messages": m} for label, m, _ in modes],
@@ -64,16 +73,30 @@ def run(target: Target, plan: Plan, progress: Progress) -> dict[str, Any]:
     }
 
 
-def measure(target: Target, label: str, messages: int, pack: int | None) -> dict[str, Any]:
+def _single(queue: Queue, messages: int) -> None:
+    enqueue_all(queue, messages)
+
+
+def _packs(pack: int) -> Fill:
+    def fill(queue: Queue, messages: int) -> None:
+        for start in range(0, messages, pack):
+            queue.enqueue_many({"n": n} for n in range(start, min(start + pack, messages)))
+
+    return fill
+
+
+def _group_commit(queue: Queue, messages: int) -> None:
+    batch = queue.batching(window=GROUP_COMMIT_WINDOW)
+    with ThreadPoolExecutor(GROUP_COMMIT_THREADS) as pool:
+        list(pool.map(lambda n: batch.enqueue({"n": n}), range(messages)))
+
+
+def measure(target: Target, label: str, messages: int, fill: Fill) -> dict[str, Any]:
     space = target.space("cost")
     meters = {role: Meter(target.client()) for role in ROLES}
     queue = Queue(QUEUE, bucket=space.bucket, s3=meters["enqueue"].client, prefix=space.prefix)
     load_before = load()
-    if pack is None:
-        enqueue_all(queue, messages)
-    else:
-        for start in range(0, messages, pack):
-            queue.enqueue_many({"n": n} for n in range(start, min(start + pack, messages)))
+    fill(queue, messages)
     ticks = drain(space.bucket, space.prefix, meters)
     by_role = {role: meter.counts() for role, meter in meters.items()}
     total = {kind: sum(counts[kind] for counts in by_role.values()) for kind in BILLED}

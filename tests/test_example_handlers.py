@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import importlib.util
+import sys
 from datetime import UTC, datetime
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 import pytest
-from s3queue import PermanentError
+from s3queue import InvalidBody, PermanentError
 from s3queue.model import Message
+from s3queue.typed import Typed, bind
 
 HANDLERS = Path(__file__).resolve().parents[1] / "functions" / "handlers"
 
@@ -19,12 +21,14 @@ def load(name: str) -> ModuleType:
     spec = importlib.util.spec_from_file_location(f"example_{name}", HANDLERS / f"{name}.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # as `import` does: pydantic resolves annotations there
     spec.loader.exec_module(module)
     return module
 
 
 send_email = load("send_email")
 generate_report = load("generate_report")
+ship_order = load("ship_order")
 
 
 def message(body: Any, queue: str = "send_email", message_id: str = "01ABC") -> Message:
@@ -120,3 +124,49 @@ def test_report_aggregates_a_field_of_records_and_writes_the_outbox(
 def test_bad_report_data_raises_value_error_so_it_retries(body: Any) -> None:
     with pytest.raises(ValueError):
         generate_report.handle(message(body, queue="generate_report"))
+
+
+ORDER = {
+    "order_id": "A-1001",
+    "lines": [{"sku": "BOOK-42", "quantity": 2}, {"sku": "PEN", "quantity": 3}],
+    "ship_to": {
+        "name": "Ada Lovelace",
+        "street": "12 St James's Sq",
+        "city": "London",
+        "country": "GB",
+    },
+}
+
+
+def test_ship_order_gets_an_order_and_writes_its_slip(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("S3QUEUE_OUTBOX", str(tmp_path))
+    handle = bind(ship_order.handle)  # as the worker binds it
+    assert isinstance(handle, Typed) and handle.model is ship_order.Order
+    result = handle(message(ORDER, queue="ship_order"))
+    assert result == {"order_id": "A-1001", "items": 5, "country": "GB"}
+    slip = (tmp_path / "ship_order_01ABC.slip.txt").read_text()
+    assert slip.splitlines() == [
+        "Order A-1001",
+        "Ship to: Ada Lovelace, 12 St James's Sq, London, GB",
+        "  2 x BOOK-42",
+        "  3 x PEN",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("body", "error"),
+    [
+        ({**ORDER, "lines": []}, "lines: List should have at least 1 item"),
+        ({**ORDER, "lines": [{"sku": "BOOK-42", "quantity": 0}]}, "lines.0.quantity: Input"),
+        ({**ORDER, "gift": True}, "gift: Extra inputs are not permitted"),
+        ({**ORDER, "ship_to": {**ORDER["ship_to"], "country": "gb"}}, "ship_to.country:"),
+        ({"order_id": "A-1"}, "lines: Field required; ship_to: Field required"),
+        ("just text", "(body): Input should be a valid dictionary"),
+    ],
+)
+def test_ship_order_refuses_an_invalid_order_before_the_handler(body: Any, error: str) -> None:
+    with pytest.raises(InvalidBody) as caught:
+        bind(ship_order.handle)(message(body, queue="ship_order"))
+    assert error in str(caught.value)

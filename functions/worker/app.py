@@ -2,9 +2,10 @@
 
 Event: one ticket payload ``{queue, ticket, etag, doc}``, or ``{"tickets": [payload, ...]}``.
 Configuration is read once per container (``S3QUEUE_*``); the handler module is
-``handlers.<queue>``. A Lambda timeout loses nothing: the worker stops handling messages when
-the remaining time runs short (releasing the rest untouched), and the ticket's lease lets the
-coordinator redeliver anything a killed invocation held.
+``handlers.<queue>``; a handler that declares a pydantic model of its body gets bodies
+validated and parsed (`s3queue.typed`). A Lambda timeout loses nothing: the worker stops
+handling messages when the remaining time runs short (releasing the rest untouched), and the
+ticket's lease lets the coordinator redeliver anything a killed invocation held.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from s3queue.errors import S3QueueError
 from s3queue.events import Event
 from s3queue.storage.s3 import S3Storage, make_client
 from s3queue.tally import METRICS, Tally
+from s3queue.typed import bind
 from s3queue.worker import Handler, Worker, WorkResult
 
 # An invocation whose tickets were all gone or busy has no metrics: that is normal.
@@ -79,7 +81,8 @@ def container() -> Container:
         heartbeat_thread=True,
     )
     metrics.set_default_dimensions(**{metric_names.DIMENSION_QUEUE: env.queue})
-    return Container(env.queue, module.handle, worker, listener)
+    # Bound once per container: a handler that declares a body model gets it validated.
+    return Container(env.queue, bind(module.handle), worker, listener)
 
 
 def payloads(event: dict[str, Any]) -> list[dict[str, Any]]:

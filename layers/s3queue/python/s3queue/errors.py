@@ -16,6 +16,7 @@ S3QueueError
  +-- PayloadMissing      a message's payload object is gone (purged, or overwritten in inbox/)
  +-- LeaseLost           a worker's lease on a ticket was taken over; it must stop
  +-- PermanentError      raised by a handler: send the message to the DLQ at once
+ |    +-- InvalidBody    a body its handler's model refuses (typed messages): DLQ at once
  +-- HandlerExit         recorded when a handler raised a BaseException (sys.exit(), ...)
  +-- HandlerTimeout      recorded when a handler outlived its invocation's timeout
 """
@@ -105,6 +106,11 @@ class LeaseLost(S3QueueError):
 
 class PermanentError(S3QueueError):
     """Raised by a handler to dead-letter the message at once, without retries."""
+
+
+class InvalidBody(PermanentError):
+    """A body that fails validation against its handler's declared model (`s3queue.typed`):
+    dead-lettered at once with the validation errors, since no retry can change the body."""
 
 
 class HandlerExit(S3QueueError):

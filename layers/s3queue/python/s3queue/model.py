@@ -16,7 +16,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, BinaryIO, Literal
+from typing import TYPE_CHECKING, Any, BinaryIO, Generic, Literal
 
 from s3queue.errors import MalformedMessage
 
@@ -25,6 +25,14 @@ OutcomeKind = Literal["done", "retry", "dead", "release", "skip"]
 """done, retry, dead: the handler ran; release: it did not, the message goes back as it was;
 skip: an explicit-id message already handled (its marker is done), retired without running."""
 TicketState = Literal["pending", "claimed", "committed"]
+if TYPE_CHECKING:  # a default (PEP 696) lets a bare `Message` mean `Message[Any]` under mypy
+    from typing_extensions import TypeVar
+
+    BodyT = TypeVar("BodyT", default=Any)
+else:
+    from typing import TypeVar
+
+    BodyT = TypeVar("BodyT")
 TOMBSTONE = b""
 """What a consumed copy (apply.py) or a redriven dead letter (admin.py) is overwritten with, so
 a late writer cannot create it again; messages and dead letters are never empty
@@ -32,11 +40,11 @@ a late writer cannot create it again; messages and dead letters are never empty
 
 
 @dataclass(frozen=True, slots=True)
-class Message:
-    """One message as a handler sees it."""
+class Message(Generic[BodyT]):
+    """One message as a handler sees it; ``Message[Model]`` declares a typed body (typed.py)."""
 
     id: str
-    body: Any
+    body: BodyT
     attempt: int
     """1 + the deliveries of this message known to have started its handler: each failure
     (retry), and each lease expiry while the ticket recorded it as running."""

@@ -11,7 +11,7 @@ import numbers
 import os
 from collections.abc import Iterable, Mapping
 from datetime import timedelta
-from typing import Any, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 from s3queue import admin, batch
 from s3queue.attributes import check_attributes
@@ -30,6 +30,9 @@ from s3queue.payload import INLINE_BYTES, source_size
 from s3queue.storage.base import Storage
 from s3queue.storage.streams import Chained, Source
 from s3queue.writer import Writer
+
+if TYPE_CHECKING:
+    from s3queue.batching import GroupCommit
 
 _log = logging.getLogger(__name__)
 
@@ -248,6 +251,15 @@ class Queue:
         )
         batch.send(self.writer, self.keys, writes, now)
         return ids
+
+    def batching(self, *, window: float = 0.05, max_messages: int = 1000) -> GroupCommit:
+        """A group-commit producer of this queue: concurrent `enqueue` calls arriving within
+        `window` seconds share one PUT, each returning once its message is durable
+        (`s3queue.batching`)."""
+        # Imported on use: the Lambda functions import this module, and never batch.
+        from s3queue.batching import GroupCommit  # noqa: PLC0415
+
+        return GroupCommit(self, window=window, max_messages=max_messages)
 
     def stats(self) -> dict[str, Any]:
         """Counts of pending, delayed, in-flight and dead messages, and the oldest's age.

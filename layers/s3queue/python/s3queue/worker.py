@@ -37,6 +37,7 @@ from s3queue.keys import QueueKeys, check_queue_name
 from s3queue.lease import read_lease
 from s3queue.model import Outcome, OutcomeKind, Record, Ref, Ticket
 from s3queue.storage.base import Storage
+from s3queue.typed import bind
 
 __all__ = ["Handler", "Status", "WorkResult", "Worker"]
 
@@ -96,6 +97,8 @@ class Worker:
         self.runner = Runner(
             storage, self.keys, self.settings, clock=self.clock, rng=self.rng, emit=self.emit
         )
+        self._bound: tuple[Handler, Handler] | None = None
+        """The last handler given to `process`, and it bound (typed.py): inspected once."""
 
     def process(
         self,
@@ -116,7 +119,15 @@ class Worker:
         claim = self._claim(key, ticket, etag, remaining_ms)
         if isinstance(claim, WorkResult):
             return claim
-        return self._work(claim, Guard(handler, remaining_ms, self.settings.timeout), remaining_ms)
+        guard = Guard(self._bind(handler), remaining_ms, self.settings.timeout)
+        return self._work(claim, guard, remaining_ms)
+
+    def _bind(self, handler: Handler) -> Handler:
+        """`handler` with its body model applied, if it declares one (typed.py)."""
+        bound = self._bound
+        if bound is None or bound[0] is not handler:
+            bound = self._bound = (handler, bind(handler))
+        return bound[1]
 
     def _fenced(self, key: str, ticket: Ticket) -> WorkResult | None:
         """Refuse a ticket the lease does not accept: fenced, or not yet sealed (deferred)."""

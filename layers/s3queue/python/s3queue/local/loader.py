@@ -19,6 +19,7 @@ from typing import Any
 from s3queue.config import ConfigError, QueueSettings
 from s3queue.discovery import HANDLER_NAME, discover_handlers
 from s3queue.keys import check_queue_name
+from s3queue.typed import bind
 from s3queue.worker import Handler
 
 Handlers = str | os.PathLike[str] | Mapping[str, Handler]
@@ -39,7 +40,7 @@ def load_handlers(
     """Every queue of `handlers`, with `overrides` applied to each queue's settings."""
     if isinstance(handlers, Mapping):
         loaded = {
-            check_queue_name(name): LocalQueue(handler, QueueSettings())
+            check_queue_name(name): LocalQueue(bind(handler), QueueSettings())
             for name, handler in handlers.items()
         }
     else:
@@ -63,7 +64,8 @@ def with_overrides(settings: QueueSettings, overrides: Mapping[str, Any] | None)
 
 
 def import_handler(path: Path) -> Handler:
-    """The ``handle`` function of the module at `path`; `ConfigError` if it cannot be had."""
+    """The ``handle`` function of the module at `path`, bound to its body model if it declares
+    one (`s3queue.typed`); `ConfigError` if it cannot be had."""
     resolved = path.resolve()
     root = str(resolved.parent.parent)
     if root not in sys.path:
@@ -76,12 +78,18 @@ def import_handler(path: Path) -> Handler:
         if spec is None or spec.loader is None:
             raise ConfigError(f"{path}: cannot be imported")
         module = importlib.util.module_from_spec(spec)
+        # Registered before it runs, as `import` does: pydantic resolves a model's string
+        # annotations (`from __future__ import annotations`) in sys.modules[cls.__module__].
+        sys.modules[name] = module
         try:
             spec.loader.exec_module(module)
         except Exception as exc:  # any failure of user code at import, named with its file
+            del sys.modules[name]
             raise ConfigError(f"{path}: import failed: {type(exc).__name__}: {exc}") from exc
-        sys.modules[name] = module
     handle: Callable[..., object] | None = getattr(module, HANDLER_NAME, None)
     if not callable(handle):
         raise ConfigError(f"{path}: `{HANDLER_NAME}` is not a function")
-    return handle
+    try:
+        return bind(handle)
+    except ConfigError as exc:
+        raise ConfigError(f"{path}: {exc}") from exc
