@@ -80,3 +80,17 @@ def test_pending_tickets_are_taken_a_partition_at_a_time() -> None:
     assert first == ["big-0", "small-0"]
     assert second == ["big-1", "big-2"]
     assert counted.reset() == {"LIST": 1}
+
+
+def test_an_offer_not_taken_is_offered_again_at_once_and_a_refused_one_later() -> None:
+    h = Harness(settings=QueueSettings(batch_size=1))
+    h.queue.enqueue("x")
+    h.tick()
+    h.invocations.clear()
+    puller = Puller(h.storage, h.queue.keys, h.clock)
+    [payload] = puller.poll(1)
+    assert puller.poll(1) == []  # offered: not again while unchanged
+    puller.forget(payload)  # the pool had no thread for it after all
+    assert [p["ticket"] for p in puller.poll(1)] == [payload["ticket"]]
+    h.clock.advance(2)  # a ticket nobody claimed (fenced, or its seal pending) comes back
+    assert [p["ticket"] for p in puller.poll(1)] == [payload["ticket"]]

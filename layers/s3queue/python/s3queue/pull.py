@@ -32,7 +32,7 @@ from s3queue.keys import QueueKeys
 from s3queue.model import Ticket
 from s3queue.storage.base import Storage
 
-RETRY_MS = 10_000
+RETRY_MS = 2_000
 """How long a puller leaves a pending ticket it offered alone, while it stays unchanged."""
 
 
@@ -76,6 +76,10 @@ class Puller:
         for payload in taken:
             self._offered[payload["ticket"]] = (payload["etag"], now)
         return taken
+
+    def forget(self, payload: dict[str, Any]) -> None:
+        """`payload` was not taken after all (no free thread): offer it again at the next poll."""
+        self._offered.pop(str(payload["ticket"]), None)
 
     def _in_turn(self, limit: int) -> list[dict[str, Any]]:
         """`limit` pending payloads, one partition at a time, after the last one served."""

@@ -68,5 +68,9 @@ class PullLoop:
             except StorageError as exc:  # S3 trouble: the next poll tries again
                 log.warning("queue %s: pulling tickets failed: %s", name, exc)
                 continue
-            taken += sum(1 for payload in payloads if self.pool.offer(payload))
+            for payload in payloads:
+                if self.pool.offer(payload):
+                    taken += 1
+                else:  # a thread was taken meanwhile: it stays for the next poll
+                    self.pullers[name].forget(payload)
         return taken
