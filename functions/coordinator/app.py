@@ -17,6 +17,7 @@ from aws_lambda_powertools.metrics import EphemeralMetrics, MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 from s3queue import metric_names
 from s3queue.clock import Clock, SystemClock
+from s3queue.concurrency import Threads
 from s3queue.config import ENV_QUEUES, ConfigError, CoordinatorSettings, Environment, QueueSettings
 from s3queue.coordinator import Coordinator
 from s3queue.invoke import LambdaInvoker
@@ -50,6 +51,8 @@ class Container:
     invoker: LambdaInvoker
     settings: dict[str, QueueSettings]
     gauges: Gauges
+    publisher: Threads
+    """The threads that publish a tick's tickets at once, shared by every run of the container."""
 
 
 @functools.cache
@@ -63,6 +66,7 @@ def container() -> Container:
         invoker=LambdaInvoker(make_lambda_client(), env.queues.functions),
         settings=env.queues.settings,
         gauges=Gauges(publish, CLOCK),
+        publisher=Threads(CoordinatorSettings().publish_concurrency, "s3queue-publish"),
     )
 
 
@@ -78,6 +82,7 @@ def coordinators(app: Container, owner: str) -> list[Coordinator]:
             coordination=CoordinatorSettings(),
             clock=CLOCK,
             owner=owner,
+            run_all=app.publisher,
         )
         for queue, settings in app.settings.items()
     ]
