@@ -7,8 +7,9 @@ from collections.abc import Callable
 from typing import Any, ClassVar
 
 from s3queue.clock import FakeClock
+from s3queue.concurrency import in_order
 from s3queue.config import CoordinatorSettings, QueueSettings
-from s3queue.coordinator import Coordinator, TickResult, in_order
+from s3queue.coordinator import Coordinator, TickResult
 from s3queue.events import Event
 from s3queue.guard import WorkerKilled
 from s3queue.model import Message

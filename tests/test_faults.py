@@ -6,8 +6,9 @@ from collections.abc import Iterable
 
 import pytest
 from harness import Crash, Harness, Recorder
+from s3queue.concurrency import in_order
 from s3queue.config import CoordinatorSettings, QueueSettings
-from s3queue.coordinator import Job, TickResult, in_order
+from s3queue.coordinator import Job, TickResult
 from s3queue.errors import Conflict
 from s3queue.lease import PENDING, LeaseDoc, read_lease
 from s3queue.model import Message

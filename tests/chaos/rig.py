@@ -12,8 +12,9 @@ from collections.abc import Callable
 from typing import Any
 
 from s3queue.clock import FakeClock, SystemClock
+from s3queue.concurrency import in_order
 from s3queue.config import CoordinatorSettings, QueueSettings
-from s3queue.coordinator import Coordinator, in_order
+from s3queue.coordinator import Coordinator
 from s3queue.errors import S3QueueError
 from s3queue.producer import Queue
 from s3queue.storage import MemoryStorage

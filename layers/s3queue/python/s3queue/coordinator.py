@@ -26,7 +26,7 @@ from functools import partial
 from s3queue import scan
 from s3queue.admin import iter_keys
 from s3queue.clock import Clock, SystemClock, ms
-from s3queue.concurrency import RunAll, Threads, in_order
+from s3queue.concurrency import RunAll, Threads
 from s3queue.config import CoordinatorSettings, QueueSettings
 from s3queue.cursor import Cursor, Cursors
 from s3queue.errors import Conflict
@@ -38,7 +38,7 @@ from s3queue.probe import probe
 from s3queue.reconcile import Invoker, Known, Reconciler
 from s3queue.storage.base import Entry, Storage, new_token
 
-__all__ = ["Coordinator", "Invoker", "Job", "Known", "RunAll", "TickResult", "in_order"]
+__all__ = ["Coordinator", "Invoker", "Job", "Known", "RunAll", "TickResult"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,6 +87,9 @@ class _Part:
     saved: Cursor
     candidates: list[scan.Candidate]
     stopped: str
+    blocked: set[str]
+    """Its groups that may not move this tick: busy in a live ticket, or their waiting head
+    unread (`Cursor.absent_heads`)."""
     absent: set[str]
     plan: scan.Plan = field(default_factory=scan.Plan)
 
@@ -194,7 +197,7 @@ class Coordinator:
             for partition in self._round(now, inbox):
                 found = inbox.get(partition, [])
                 parts.append(self._read(partition, now, capacity, in_flight, live, found))
-            self._plan(parts, now, capacity, in_flight, live)
+            self._plan(parts, now, capacity, in_flight)
             dispatched = self._publish_parts(parts, now)
         except BaseException:
             # A partition read before the failure used up its rewind and wake-ups: the next
@@ -262,11 +265,9 @@ class Coordinator:
         # A group whose waiting message this tick did not read is blocked: its later messages
         # may not overtake it (FIFO), wherever the cursor is.
         absent = cursor.absent_heads(candidates)
-        return _Part(partition, cursor, saved, candidates, stopped, absent)
+        return _Part(partition, cursor, saved, candidates, stopped, busy | absent, absent)
 
-    def _plan(
-        self, parts: list[_Part], now: int, capacity: int, in_flight: set[str], live: list[_Ref]
-    ) -> None:
+    def _plan(self, parts: list[_Part], now: int, capacity: int, in_flight: set[str]) -> None:
         """Each partition's plan, within its fair share of `capacity`: every partition with
         ready work gets a ticket in turn before any gets a second (round-robin)."""
         origins = {self.keys.ticket_origin(key) for key in self.memory.known}
@@ -277,7 +278,7 @@ class Coordinator:
                 batch_size=self.settings.batch_size,
                 capacity=tickets,
                 in_flight=in_flight,
-                busy_groups=_busy_groups(live, part.partition) | part.absent,
+                busy_groups=part.blocked,
                 live_origins=origins,
             ).run(part.candidates)
 
