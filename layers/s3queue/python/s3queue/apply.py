@@ -290,13 +290,10 @@ def _follow_marker(storage: Storage, keys: QueueKeys, message_id: str, copy_key:
     with that id then finds the copy (its PUT is a no-op), instead of putting the message
     again at its first key, deleted once this copy was made. Conflict: the marker changed
     (done, or moved by an earlier apply of this commit): leave it."""
-    obj = storage.get(keys.marker(message_id))
-    if obj is None:
+    found = read_marker(storage, keys, message_id)
+    if found is None:
         return
-    try:
-        marker = Marker.decode(obj.body)
-    except MalformedMessage:
-        return
+    marker, etag = found
     if marker.done or marker.key == copy_key:
         return
     token = new_token()
@@ -304,9 +301,20 @@ def _follow_marker(storage: Storage, keys: QueueKeys, message_id: str, copy_key:
         storage.put(
             keys.marker(message_id),
             Marker("pending", copy_key).encode(token),
-            if_match=obj.etag,
+            if_match=etag,
             token=token,
         )
+
+
+def read_marker(storage: Storage, keys: QueueKeys, message_id: str) -> tuple[Marker, str] | None:
+    """An explicit id's marker and its ETag; None if there is none or it cannot be read."""
+    obj = storage.get(keys.marker(message_id))
+    if obj is None:
+        return None
+    try:
+        return Marker.decode(obj.body), obj.etag
+    except MalformedMessage:
+        return None
 
 
 def _put_dead(

@@ -14,13 +14,14 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from s3queue.apply import read_marker
 from s3queue.backoff import compute_backoff
 from s3queue.clock import Clock
 from s3queue.config import QueueSettings
-from s3queue.errors import MalformedMessage, PayloadMissing, PermanentError, StorageError
+from s3queue.errors import PayloadMissing, PermanentError, StorageError
 from s3queue.events import Emitter
 from s3queue.keys import QueueKeys
-from s3queue.model import Marker, Message, Outcome, OutcomeKind, Record, Ref, to_datetime
+from s3queue.model import Message, Outcome, OutcomeKind, Record, Ref, to_datetime
 from s3queue.payload import open_payload
 from s3queue.storage.base import Storage
 
@@ -146,13 +147,8 @@ class Runner:
         return Outcome(ref.key, record.id, kind, now, error, delay, attempt)
 
     def _already_done(self, message_id: str) -> bool:
-        obj = self.storage.get(self.keys.marker(message_id))
-        if obj is None:
-            return False
-        try:
-            return Marker.decode(obj.body).done
-        except MalformedMessage:
-            return False
+        found = read_marker(self.storage, self.keys, message_id)
+        return found is not None and found[0].done
 
 
 def _describe(exc: BaseException) -> str:
