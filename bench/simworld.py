@@ -32,8 +32,10 @@ from s3queue.errors import S3QueueError
 from s3queue.events import Event
 from s3queue.invoke import LambdaInvoker
 from s3queue.model import Message
+from s3queue.names import queue_of_key
 from s3queue.producer import Queue
 from s3queue.service import Gauges, serve
+from s3queue.sizing import Pace
 from s3queue.worker import Worker
 
 from bench.simaws import Model
@@ -176,14 +178,17 @@ class World:
             except S3QueueError as exc:  # the entry point reports it and goes on
                 self.kernel.errors.append(f"worker: {type(exc).__name__}: {exc}")
 
-    def _coordinator_container(self) -> tuple[Any, LambdaInvoker, Gauges]:
+    def _coordinator_container(self) -> tuple[Any, LambdaInvoker, Gauges, dict[str, Pace]]:
         storage = sim_storage(self.s3, "coordinator")
         functions = {q: f"worker_{q}" for q in self.queues}
         invoker = LambdaInvoker(SimLambdaClient(self.lam), functions)
-        return storage, invoker, Gauges(lambda _q, _v: None, self.clock)
+        paces = {q: Pace() for q in self.queues}  # as functions/coordinator/app.py keeps them
+        return storage, invoker, Gauges(lambda _q, _v: None, self.clock), paces
 
     def _coordinate(self, event: dict[str, Any], context: SimContext, container: Any) -> None:
-        storage, invoker, gauges = container
+        storage, invoker, gauges, paces = container
+        key = (event.get("detail") or {}).get("object", {}).get("key")
+        hot = {queue_of_key(PREFIX, key)} if key else set()
         coordinators = [
             Coordinator(
                 storage,
@@ -196,6 +201,7 @@ class World:
                 owner=context.aws_request_id[-12:],
                 listener=self.tracker,
                 run_all=self.kernel.run_all,  # a block's publications overlap in virtual time
+                pace=paces[queue],
             )
             for queue in self.queues
         ]
@@ -207,6 +213,7 @@ class World:
             on_tick=lambda _q, r: self.tracker.ticks.append(
                 (self.kernel.now, r.dispatched, r.live_tickets, r.waiting)
             ),
+            hot={q for q in hot if q in self.queues},
         )
 
     # -- triggers --------------------------------------------------------------------------

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 import pytest
 from harness import Crash, Harness, Recorder
+from s3queue.clock import FakeClock
 from s3queue.concurrency import in_order
 from s3queue.config import CoordinatorSettings, QueueSettings
-from s3queue.coordinator import Job, TickResult
-from s3queue.errors import Conflict
+from s3queue.coordinator import Coordinator, TickResult
+from s3queue.errors import Conflict, Consumed
 from s3queue.lease import PENDING, LeaseDoc, read_lease
 from s3queue.model import Message
 from s3queue.scan import Candidate
@@ -160,6 +162,17 @@ def test_stale_leader_wakes_after_takeover_and_is_fenced() -> None:
     assert h.keys("tickets/") == [] and len(h.kinds("fenced")) == 1
 
 
+def publications(coordinator: Coordinator, jobs: list[Callable[[], object]]) -> bool:
+    """Is this `run_all` call a block of ticket publications (not the tick's LISTs)?"""
+
+    def publishes(job: object) -> bool:  # a partial of _publish, maybe inside another
+        return getattr(job, "func", None) == coordinator._publish or any(
+            publishes(arg) for arg in getattr(job, "args", ())
+        )
+
+    return all(publishes(job) for job in jobs)
+
+
 def test_a_leader_frozen_inside_a_block_cannot_land_its_late_ticket() -> None:
     """Tickets published at once may land out of order (lease.py, "Blocks"): a leader freezes
     with ticket 1-1 in S3 and 1-0 not yet; a challenger takes over, sees 1-1 and seals epoch 1
@@ -170,7 +183,9 @@ def test_a_leader_frozen_inside_a_block_cannot_land_its_late_ticket() -> None:
     old = h.coordinator
     new = h.new_coordinator("c2")
 
-    def frozen_between(jobs: list[Job]) -> list[int | BaseException]:
+    def frozen_between(jobs: list[Callable[[], object]]) -> list[object]:
+        if not publications(old, jobs):
+            return in_order(jobs)  # the inbox and the partitions, listed at once
         later = jobs[1]()  # 1-1 (m2) lands first
         h.clock.advance(h.coordination.lease_ttl + h.coordination.skew_tolerance + 1)
         assert new.tick().dispatched == 1  # m1 again, in 2-0: 1-0 was nowhere to be seen
@@ -198,8 +213,9 @@ def test_a_block_is_reserved_in_the_lease_before_its_tickets() -> None:
         h.queue.enqueue(i)
     seen: list[object] = []
 
-    def spy(jobs: list[Job]) -> list[int | BaseException]:
-        seen.append(read_lease(h.storage, h.queue.keys.lease))
+    def spy(jobs: list[Callable[[], object]]) -> list[object]:
+        if publications(h.coordinator, jobs):
+            seen.append(read_lease(h.storage, h.queue.keys.lease))
         return in_order(jobs)
 
     h.coordinator.run_all = spy
@@ -207,6 +223,60 @@ def test_a_block_is_reserved_in_the_lease_before_its_tickets() -> None:
     [lease] = seen
     assert isinstance(lease, LeaseDoc) and lease.blocks == {1: (0, 64)}  # 4 x 16 threads
     assert h.keys("tickets/") == [h.queue.keys.ticket(1, i) for i in range(3)]
+
+
+class ConsumedBeforeRecheck:
+    """A ticket create that applies, loses its answer, and whose ticket a fast worker runs and
+    deletes before the writer's recheck (as S3Storage would then ask `resend_if`)."""
+
+    def __init__(self, inner: MemoryStorage, run: Callable[[str], object]) -> None:
+        self.inner, self.run, self.asked = inner, run, 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def put(self, key: str, body: bytes, **kw: Any) -> str:
+        resend_if = kw.pop("resend_if", None)
+        etag = self.inner.put(key, body, **kw)
+        if "/tickets/" not in key or resend_if is None or self.asked:
+            return etag
+        self.asked += 1
+        self.run(key)  # the fast worker: claim, run, apply, delete
+        if not resend_if():
+            raise Consumed(f"{key} consumed")
+        return self.inner.put(key, body, **kw)  # missing: sent again
+
+
+@pytest.mark.parametrize("released", [False, True])
+def test_a_ticket_consumed_before_the_recheck_of_its_create_is_not_created_again(
+    released: bool,
+) -> None:
+    clock = FakeClock()
+    inner = MemoryStorage(clock)
+    handler = Recorder()
+    holder: list[Harness] = []
+
+    def fast_worker(key: str) -> None:
+        h = holder[0]
+        time_left = (lambda: 0) if released else None  # no time: release every message
+        h.worker.process(
+            {"queue": h.queue.keys.queue, "ticket": key}, handler, remaining_ms=time_left
+        )
+
+    storage = ConsumedBeforeRecheck(inner, fast_worker)
+    h = Harness(storage=storage, clock=clock)  # type: ignore[arg-type]
+    holder.append(h)
+    h.queue.enqueue("m1", group="g")
+    assert h.tick().dispatched == 1
+    assert storage.asked == 1
+    h.work(handler)
+    h.drain(handler)
+    # THEN the message ran once: not again from a ticket created a second time
+    assert handler.bodies() == ["m1"]
+    if released:  # nothing had run: its first message was still there, so it was sent again
+        assert len(h.kinds("claim")) == 2
+    else:
+        assert len(h.kinds("claim")) == 1 and h.keys("tickets/") == []
 
 
 def test_seal_pending_defers_old_tickets() -> None:

@@ -37,7 +37,7 @@ def test_batches_of_batch_size() -> None:
 
 
 def test_backpressure_limits_live_tickets() -> None:
-    h = Harness(settings=QueueSettings(batch_size=5, max_in_flight_tickets=2))
+    h = Harness(settings=QueueSettings(batch_size=5, max_batch_size=5, max_in_flight_tickets=2))
     for i in range(30):
         h.queue.enqueue(i)
     first = h.tick()

@@ -17,6 +17,7 @@ from s3queue.errors import (
     AccessDenied,
     BucketNotFound,
     Conflict,
+    Consumed,
     EndpointUnreachable,
     StorageError,
 )
@@ -270,6 +271,36 @@ class TestLostResponses:
         token = new_token()
         etag = store.put("k", b"x", if_none_match=True, token=token)
         assert (head := store.head("k")) is not None and (head.etag, head.token) == (etag, token)
+
+    @pytest.mark.parametrize("consumed", [True, False])
+    def test_a_create_consumed_before_its_recheck_is_not_created_again(
+        self, seaweed: EmbeddedS3, bucket: str, injector: Inject, consumed: bool
+    ) -> None:
+        """The chaos suite's seed 11: a ticket's create applied, its response was lost, and a
+        pulling worker claimed, ran and deleted the ticket before the HEAD (itself retried
+        after a 503) came back empty; the resend created the ticket a second time. The writer
+        now says whether a missing object may be sent again (`resend_if`)."""
+        client = seaweed.make_client(sdk_retries=0)
+        store = S3Storage(client, bucket, sleep=lambda _: None)
+        consumer = S3Storage(seaweed.make_client(), bucket, sleep=lambda _: None)
+        injector(client, "PutObject", 503, "SlowDown", forward=True)  # applied, answer lost
+        client.meta.events.register(  # a fast consumer deletes it before our recheck
+            "before-send.s3.HeadObject", lambda **_: consumer.delete("k")
+        )
+        asked: list[bool] = []
+
+        def resend_if() -> bool:
+            asked.append(True)
+            return not consumed
+
+        if consumed:
+            with pytest.raises(Consumed):
+                store.put("k", b"x", if_none_match=True, token=new_token(), resend_if=resend_if)
+            assert consumer.head("k") is None  # not created a second time
+        else:  # it says the create never applied: sent again, as before
+            store.put("k", b"x", if_none_match=True, token=new_token(), resend_if=resend_if)
+            assert consumer.head("k") is not None
+        assert asked == [True]
 
     def test_lost_swap_is_recognised_by_its_token(
         self, store: S3Storage, client: Any, injector: Inject

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from harness import CountingStorage, Harness, Recorder
 from s3queue.clock import FakeClock
-from s3queue.config import QueueSettings
+from s3queue.config import CoordinatorSettings, QueueSettings
 from s3queue.keys import MsgKey
 from s3queue.model import encode_records, record_for
 from s3queue.storage import MemoryStorage
@@ -18,13 +18,14 @@ def _backlog(storage: MemoryStorage, h: Harness, count: int) -> None:
         storage.put(key, encode_records([record_for(f"m{i:07d}", i, now)], "t"))
 
 
-def _tick_costs(backlog: int) -> list[dict[str, int]]:
+def _tick_costs(backlog: int, max_batch_size: int = 10) -> list[dict[str, int]]:
+    """Tickets of 10 by default (max_batch_size 10: no elastic growth, sizing.py), so that
+    every dispatching tick has the same work whatever the backlog."""
     clock = FakeClock()
     inner = MemoryStorage(clock)
     storage = CountingStorage(inner)
-    h = Harness(
-        storage=storage, clock=clock, settings=QueueSettings(batch_size=10, max_in_flight_tickets=8)
-    )
+    settings = QueueSettings(batch_size=10, max_batch_size=max_batch_size, max_in_flight_tickets=8)
+    h = Harness(storage=storage, clock=clock, settings=settings)
     _backlog(inner, h, backlog)
     clock.advance(1)
     storage.reset()
@@ -54,3 +55,11 @@ def test_tick_cost_figures() -> None:
     assert costs[2] == {"LIST": 3, "PUT": 8}
     # a saturated tick: one LIST of tickets
     assert costs[1] == costs[3] == {"LIST": 1}
+
+
+def test_grown_tickets_keep_a_tick_bounded_in_a_deep_backlog() -> None:
+    """With elastic tickets a tick reads up to `scan_pages` pages of msg/ (2,000 keys) to fill
+    its grown tickets: still a bound, whatever the backlog."""
+    pages = CoordinatorSettings().scan_pages
+    for cost in _tick_costs(100_000, max_batch_size=1000)[2::2]:
+        assert cost["LIST"] <= 2 + pages and cost["PUT"] <= 8 + 1  # a block reservation

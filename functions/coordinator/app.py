@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import unquote_plus
 
 from aws_lambda_powertools import Logger, Tracer
 from aws_lambda_powertools.metrics import EphemeralMetrics, MetricUnit
@@ -21,7 +22,9 @@ from s3queue.concurrency import Threads
 from s3queue.config import ENV_QUEUES, ConfigError, CoordinatorSettings, Environment, QueueSettings
 from s3queue.coordinator import Coordinator
 from s3queue.invoke import LambdaInvoker
+from s3queue.names import queue_of_key
 from s3queue.service import Gauges, serve
+from s3queue.sizing import Pace
 from s3queue.storage.s3 import S3Storage, make_client, make_lambda_client
 
 logger = Logger(service=metric_names.SERVICE)
@@ -53,6 +56,8 @@ class Container:
     gauges: Gauges
     publisher: Threads
     """The threads that publish a tick's tickets at once, shared by every run of the container."""
+    paces: dict[str, Pace]
+    """How fast each queue's tickets finish (sizing.py), kept from run to run."""
 
 
 @functools.cache
@@ -67,6 +72,7 @@ def container() -> Container:
         settings=env.queues.settings,
         gauges=Gauges(publish, CLOCK),
         publisher=Threads(CoordinatorSettings().publish_concurrency, "s3queue-publish"),
+        paces={queue: Pace() for queue in env.queues.settings},
     )
 
 
@@ -83,6 +89,7 @@ def coordinators(app: Container, owner: str) -> list[Coordinator]:
             clock=CLOCK,
             owner=owner,
             run_all=app.publisher,
+            pace=app.paces[queue],
         )
         for queue, settings in app.settings.items()
     ]
@@ -91,8 +98,21 @@ def coordinators(app: Container, owner: str) -> list[Coordinator]:
 def trigger(event: dict[str, Any]) -> str:
     """What started this run, for the log."""
     kind = str(event.get("detail-type") or "invoke")
-    key = (event.get("detail") or {}).get("object", {}).get("key")
+    key = created_key(event)
     return f"{kind}: {key}" if key else kind
+
+
+def created_key(event: dict[str, Any]) -> str | None:
+    """The key of an S3 Object Created event (low-latency mode), else None."""
+    key = (event.get("detail") or {}).get("object", {}).get("key")
+    return key if isinstance(key, str) else None
+
+
+def hot_queues(event: dict[str, Any], prefix: str) -> set[str]:
+    """The queue an Object Created event names: it has work, so the run skips its probe."""
+    key = created_key(event)
+    queue = queue_of_key(prefix, unquote_plus(key)) if key else None
+    return {queue} if queue else set()
 
 
 @logger.inject_lambda_context(clear_state=True)
@@ -106,6 +126,7 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
         remaining_ms=context.get_remaining_time_in_millis,
         clock=CLOCK,
         gauges=app.gauges,
+        hot=hot_queues(event, app.env.prefix) & app.settings.keys(),
     )
     summary = result.to_dict()
     logger.info("coordinator run ended", **summary)

@@ -251,6 +251,7 @@ class StorageFaults:
         if_match: str | None = None,
         if_none_match: bool = False,
         token: str | None = None,
+        resend_if: Callable[[], bool] | None = None,
     ) -> str:
         conditional = if_match is not None or if_none_match
         kind = self._fault("PutObject", key, write=True, conditional=conditional)
@@ -259,11 +260,21 @@ class StorageFaults:
                 self.inner, key, token=token, if_match=if_match, if_none_match=if_none_match
             )
         etag = self.inner.put(
-            key, body, if_match=if_match, if_none_match=if_none_match, token=token
+            key,
+            body,
+            if_match=if_match,
+            if_none_match=if_none_match,
+            token=token,
+            resend_if=resend_if,
         )
         if kind == "lost_response":  # the SDK's retry of a write that applied
             return self.inner.put(
-                key, body, if_match=if_match, if_none_match=if_none_match, token=token
+                key,
+                body,
+                if_match=if_match,
+                if_none_match=if_none_match,
+                token=token,
+                resend_if=resend_if,
             )
         self._after(kind, "PutObject", key)
         return etag

@@ -214,9 +214,15 @@ class Oracle:
         if_match: str | None = None,
         if_none_match: bool = False,
         token: str | None = None,
+        resend_if: Callable[[], bool] | None = None,
     ) -> str:
         etag = self.inner.put(
-            key, body, if_match=if_match, if_none_match=if_none_match, token=token
+            key,
+            body,
+            if_match=if_match,
+            if_none_match=if_none_match,
+            token=token,
+            resend_if=resend_if,
         )
         # A resent write recognised by its token (a lost response) applied only once.
         if key.startswith(self.tickets) and (key, token) not in self._seen:

@@ -142,10 +142,16 @@ class ProcessStorage:
         if_match: str | None = None,
         if_none_match: bool = False,
         token: str | None = None,
+        resend_if: Callable[[], bool] | None = None,
     ) -> str:
         def run() -> str:
             return self.inner.put(
-                key, body, if_match=if_match, if_none_match=if_none_match, token=token
+                key,
+                body,
+                if_match=if_match,
+                if_none_match=if_none_match,
+                token=token,
+                resend_if=resend_if,
             )
 
         result: str = self._call("put", key, run, body)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from typing import Any
 
 RunAll = Callable[[list[Callable[[], Any]]], list[Any]]
@@ -37,3 +38,28 @@ class Threads:
             if self._pool is None:
                 self._pool = ThreadPoolExecutor(self.size, thread_name_prefix=self.name)
         return list(self._pool.map(lambda job: job(), jobs))
+
+
+def settled(run_all: RunAll, jobs: list[Callable[[], Any]]) -> list[Any]:
+    """Run `jobs` with `run_all`, and return their results once every one has returned; the
+    first exception one raised is raised then (none is lost in a thread, none stops the
+    others)."""
+
+    def attempt(job: Callable[[], Any]) -> Any:
+        try:
+            return job()
+        except Exception as exc:  # noqa: BLE001 - raised below, once all returned
+            return _Raised(exc)
+
+    results = run_all([partial(attempt, job) for job in jobs])
+    for result in results:
+        if isinstance(result, _Raised):
+            raise result.error
+    return results
+
+
+class _Raised:
+    __slots__ = ("error",)
+
+    def __init__(self, error: Exception) -> None:
+        self.error = error

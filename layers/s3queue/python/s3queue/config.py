@@ -54,7 +54,13 @@ class QueueSettings:
     backoff_base: float = 1.0
     backoff_cap: float = 300.0
     batch_size: int = 10
-    """Messages (or packed objects) per ticket."""
+    """Messages per ticket (a packed object counts its messages; one larger than a ticket
+    rides alone) while there are free ticket slots for what is ready."""
+    max_batch_size: int = 1000
+    """Under a backlog, tickets grow up to this many messages (sizing.py)."""
+    ticket_seconds: float = 2.0
+    """Under a backlog, a grown ticket holds about this many seconds of work at the pace recent
+    tickets finished (sizing.py); at most half of `timeout`, whatever this says."""
     max_in_flight_tickets: int = 32
     """Backpressure: the coordinator dispatches no more tickets while this many are live."""
     max_message_bytes: int = 10 * 1024 * 1024
@@ -67,12 +73,23 @@ class QueueSettings:
     """Worker Lambda timeout in seconds (deployment only); at least `visibility_timeout`."""
 
     def __post_init__(self) -> None:
-        positive = ("visibility_timeout", "batch_size", "max_in_flight_tickets", "backoff_cap")
+        positive = (
+            "visibility_timeout",
+            "batch_size",
+            "max_in_flight_tickets",
+            "backoff_cap",
+            "ticket_seconds",
+        )
         for name in positive:
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name} must be positive, got {getattr(self, name)!r}")
         if self.max_retries < 0 or self.backoff_base < 0:
             raise ConfigError("max_retries and backoff_base must not be negative")
+        if self.max_batch_size < self.batch_size:
+            raise ConfigError(
+                f"max_batch_size ({self.max_batch_size}) must be at least batch_size "
+                f"({self.batch_size})"
+            )
         if self.timeout < self.visibility_timeout:
             raise ConfigError(
                 f"timeout ({self.timeout}s) must be at least visibility_timeout "

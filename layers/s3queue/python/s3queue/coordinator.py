@@ -23,13 +23,13 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from functools import partial
 
-from s3queue import scan
+from s3queue import scan, sizing
 from s3queue.admin import iter_keys
 from s3queue.clock import Clock, SystemClock, ms
-from s3queue.concurrency import RunAll, Threads
+from s3queue.concurrency import RunAll, Threads, settled
 from s3queue.config import CoordinatorSettings, QueueSettings
 from s3queue.cursor import Cursor, Cursors
-from s3queue.errors import Conflict
+from s3queue.errors import Conflict, Consumed
 from s3queue.events import Emitter, Listener
 from s3queue.keys import PARTITION, MsgKey, QueueKeys, check_queue_name
 from s3queue.lease import LeaderLease
@@ -38,7 +38,7 @@ from s3queue.probe import probe
 from s3queue.reconcile import Invoker, Known, Reconciler
 from s3queue.storage.base import Entry, Storage, new_token
 
-__all__ = ["Coordinator", "Invoker", "Job", "Known", "RunAll", "TickResult"]
+__all__ = ["Coordinator", "Invoker", "Known", "RunAll", "TickResult"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,6 +110,7 @@ class Coordinator:
         owner: str | None = None,
         listener: Listener | None = None,
         run_all: RunAll | None = None,
+        pace: sizing.Pace | None = None,
     ) -> None:
         self.storage = storage
         self.keys = QueueKeys(prefix, check_queue_name(queue))
@@ -142,6 +143,9 @@ class Coordinator:
             invoker=invoker,
             emit=self.emit,
         )
+        self.pace = pace or sizing.Pace()
+        """How fast tickets have been finishing: about the handler, so kept across epochs (and
+        across runs, by the coordinator Lambda)."""
         self.memory = self._fresh()
 
     def _fresh(self, epoch: int = 0) -> _Memory:
@@ -163,7 +167,13 @@ class Coordinator:
         ):
             self.memory = self._fresh()
             return TickResult(leader=False)
-        reaped = reconciler.reconcile(listed, self.memory.known, self.memory.cursors)
+        known = self.memory.known
+        before = dict(known)
+        reaped = reconciler.reconcile(listed, known, self.memory.cursors)
+        now = self.clock.now_ms()
+        for key in before.keys() - known.keys():
+            ticket = before[key].ticket
+            self.pace.finished(self._messages(ticket), now - ticket.created_ms)
         return self._dispatch(reaped)
 
     def probe(self) -> bool:
@@ -191,12 +201,13 @@ class Coordinator:
             return self._result(reaped)
         live = self._live_refs()
         in_flight = {r.key for r in live}
-        inbox = self._inbox()
+        inbox = self._inbox_and_partitions(now)
         parts: list[_Part] = []
+        want = capacity * sizing.most(self.settings, self.pace)
         try:
-            for partition in self._round(now, inbox):
+            for partition in self._round(inbox):
                 found = inbox.get(partition, [])
-                parts.append(self._read(partition, now, capacity, in_flight, live, found))
+                parts.append(self._read(partition, now, want, in_flight, live, found))
             self._plan(parts, now, capacity, in_flight)
             dispatched = self._publish_parts(parts, now)
         except BaseException:
@@ -215,6 +226,21 @@ class Coordinator:
             _oldest_ready(candidates, in_flight, now),
         )
 
+    def _inbox_and_partitions(self, now: int) -> dict[str | None, list[scan.Candidate]]:
+        """The inbox, and the partition folders when due, listed at once (neither needs the
+        other; both come after the LIST of tickets, as the module docstring requires)."""
+        memory = self.memory
+        every = round(self.config.discover_interval * 1000)
+        if memory.discovered_ms is not None and now - memory.discovered_ms < every:
+            return self._inbox()
+        inbox, folders = settled(
+            self.run_all, [self._inbox, partial(self.storage.list_folders, self.keys.parts)]
+        )
+        named = [folder[len(self.keys.parts) : -1] for folder in folders]
+        memory.partitions = [None, *(p for p in named if PARTITION.fullmatch(p))]
+        memory.discovered_ms = now
+        return inbox  # type: ignore[no-any-return]
+
     def _inbox(self) -> dict[str | None, list[scan.Candidate]]:
         """The inbox's first page (listed once a tick, from its start), by partition."""
         found: dict[str | None, list[scan.Candidate]] = {}
@@ -223,19 +249,11 @@ class Coordinator:
             found.setdefault(partition, []).append(scan.inbox_candidate(entry))
         return found
 
-    def _round(self, now: int, inbox: dict[str | None, list[scan.Candidate]]) -> list[str | None]:
+    def _round(self, inbox: dict[str | None, list[scan.Candidate]]) -> list[str | None]:
         """The partitions this tick reads, starting at this tick's turn: every partition found
         in ``parts/`` (listed every `discover_interval`) or the inbox, and the default one;
         at most `partitions_per_tick` of them, the next ones first at the next tick."""
         memory = self.memory
-        every = round(self.config.discover_interval * 1000)
-        if memory.discovered_ms is None or now - memory.discovered_ms >= every:
-            named = [
-                folder[len(self.keys.parts) : -1]
-                for folder in self.storage.list_folders(self.keys.parts)
-            ]
-            memory.partitions = [None, *(p for p in named if PARTITION.fullmatch(p))]
-            memory.discovered_ms = now
         known = set(memory.partitions)
         everyone = memory.partitions + sorted(p for p in inbox if p not in known and p)
         start = everyone.index(memory.served) + 1 if memory.served in everyone else 0
@@ -246,15 +264,14 @@ class Coordinator:
         self,
         partition: str | None,
         now: int,
-        capacity: int,
+        want: int,
         in_flight: set[str],
         live: list[_Ref],
         inbox: list[scan.Candidate],
     ) -> _Part:
-        """One partition's candidates, read until there are enough to fill `capacity`."""
+        """One partition's candidates, read until there are `want` messages to dispatch."""
         cursor = self.memory.cursors.of(partition)
         batch_size = self.settings.batch_size
-        want = capacity * batch_size
         busy = _busy_groups(live, partition)
 
         def enough(found: Iterable[scan.Candidate]) -> bool:
@@ -269,13 +286,22 @@ class Coordinator:
 
     def _plan(self, parts: list[_Part], now: int, capacity: int, in_flight: set[str]) -> None:
         """Each partition's plan, within its fair share of `capacity`: every partition with
-        ready work gets a ticket in turn before any gets a second (round-robin)."""
-        origins = {self.keys.ticket_origin(key) for key in self.memory.known}
+        ready work gets a ticket in turn before any gets a second (round-robin). Under a
+        backlog the first tickets grow (sizing.py)."""
+        known = self.memory.known
+        origins = {self.keys.ticket_origin(key) for key in known}
+        batch_size = self.settings.batch_size
+        ready = sum(
+            _dispatchable(part.candidates, in_flight, part.blocked, batch_size) for part in parts
+        )
+        grown = sum(1 for k in known.values() if self._messages(k.ticket) > batch_size)
+        sizes = sizing.sizes(self.settings, self.pace, ready=ready, free=capacity, live_grown=grown)
+        offset = 0
 
         def plan(part: _Part, tickets: int) -> scan.Plan:
             return scan.Planner(
                 now_ms=now,
-                batch_size=self.settings.batch_size,
+                limit=lambda n: sizes.limit(offset + n),
                 capacity=tickets,
                 in_flight=in_flight,
                 busy_groups=part.blocked,
@@ -285,7 +311,8 @@ class Coordinator:
         wanted = [plan(part, capacity) for part in parts]
         shares = fair_shares([len(w.batches) for w in wanted], capacity)
         for part, want, share in zip(parts, wanted, shares, strict=True):
-            part.plan = want if share == len(want.batches) else plan(part, share)
+            part.plan = want if share == len(want.batches) and not offset else plan(part, share)
+            offset += len(part.plan.batches)
             part.cursor.settle_held(part.plan, part.absent, part.stopped)
             if share:
                 self.memory.served = part.partition
@@ -318,6 +345,12 @@ class Coordinator:
             reaped=reaped,
             in_flight=self._in_flight_messages(),
             oldest_ready_ms=oldest,
+        )
+
+    def _messages(self, ticket: Ticket) -> int:
+        """The messages a ticket carries (a packed object counts all of its)."""
+        return sum(
+            _Ref(r.key, None, self.keys.owning(r.key).parse_msg(r.key)).count for r in ticket.refs
         )
 
     def _live_refs(self) -> list[_Ref]:
@@ -354,15 +387,11 @@ class Coordinator:
                 return [0] * len(batches)
             memory.reserved = start + block
         memory.next_seq = end
-        jobs: list[Job] = [
-            partial(_captured, self._publish, batch, now, start + i, checked=True)
+        jobs: list[Callable[[], int]] = [
+            partial(self._publish, batch, now, start + i, checked=True)
             for i, batch in enumerate(batches)
         ]
-        results = self.run_all(jobs)
-        errors = [r for r in results if isinstance(r, BaseException)]
-        if errors:
-            raise errors[0]
-        return [r for r in results if not isinstance(r, BaseException)]
+        return settled(self.run_all, jobs)
 
     def _next_seq(self) -> int:
         seq = self.memory.next_seq
@@ -386,32 +415,38 @@ class Coordinator:
             created_ms=now,
         )
         token = new_token()
+        count = sum(c.count for c in batch)
         try:
-            etag = self.storage.put(key, ticket.encode(token), if_none_match=True, token=token)
+            etag = self.storage.put(
+                key,
+                ticket.encode(token),
+                if_none_match=True,
+                token=token,
+                resend_if=partial(self._unconsumed, batch[0]),
+            )
         except Conflict:
             self.emit("lost_race", now, ticket=key, op="publish")
             return 0
+        except Consumed:  # it went out, and a worker was quicker than our recheck: done
+            self.emit("dispatch", now, ticket=key, refs=[c.key for c in batch], messages=count)
+            return count
         known = Known(ticket, etag, invoked_ms=now)
         memory.known[key] = known
-        count = sum(c.count for c in batch)
         self.emit("dispatch", now, ticket=key, refs=[c.key for c in batch], messages=count)
         self.reconciler.invoke(key, known, now, reason="new")
         return count
 
+    def _unconsumed(self, first: scan.Candidate) -> bool:
+        """May a ticket whose create may have applied, and which is now missing, be created
+        again? Only if its first message is still there as listed: a ticket that was applied
+        deleted (or copied) it, unless its worker released it unstarted, and then it released
+        every message of the ticket unstarted. (A resend would run them a second time.)"""
+        head = self.storage.head(first.key)
+        return head is not None and head.etag == first.etag
+
 
 BLOCK_TICKETS_PER_THREAD = 4
 """A reserved block has room for this many ticks' worth of concurrent publications."""
-Job = Callable[[], "int | BaseException"]
-"""A publication: its message count, or the exception it raised."""
-
-
-def _captured(
-    publish: Callable[..., int], batch: list[scan.Candidate], now: int, seq: int, **kw: bool
-) -> int | BaseException:
-    try:
-        return publish(batch, now, seq, **kw)
-    except Exception as exc:  # noqa: BLE001 - raised by _publish_all once all returned
-        return exc  # (a BaseException, the process dying, goes straight out)
 
 
 def fair_shares(wanted: list[int], capacity: int) -> list[int]:

@@ -36,6 +36,11 @@ class StorageError(S3QueueError):
     """S3 answered an error that retries did not cure."""
 
 
+class Consumed(S3QueueError):
+    """A create whose first attempt may have applied was not sent again: the object is gone
+    and its writer's `resend_if` says it was consumed since (S3Storage, `Storage.put`)."""
+
+
 class BucketNotFound(StorageError):
     """The bucket does not exist."""
 

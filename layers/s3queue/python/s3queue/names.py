@@ -42,6 +42,16 @@ def queue_root(prefix: str, queue: str) -> str:
     return f"{prefix}/{queue}/"
 
 
+def queue_of_key(prefix: str, key: str) -> str | None:
+    """The queue a message key under ``msg/``, ``parts/`` or ``inbox/`` belongs to (what an S3
+    Object Created event names), or None."""
+    head, sep, rest = key.partition("/")
+    queue, _, segment = rest.partition("/")
+    if head != prefix or not sep or not QUEUE_NAME.match(queue):
+        return None
+    return queue if segment.startswith((MSG, INBOX, "parts/")) else None
+
+
 def idempotency_root(prefix: str, queue: str | None = None) -> str:
     """``<prefix>/_idempotency/``, and ``<queue>/`` below it: one queue's records only."""
     root = f"{prefix}/{IDEMPOTENCY}"

@@ -8,6 +8,7 @@ and nothing else.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from s3queue.keys import QueueKeys
@@ -77,16 +78,19 @@ class Plan:
 
 @dataclass(slots=True)
 class Planner:
-    """Fills tickets from candidates in order, within `capacity` tickets."""
+    """Fills tickets from candidates in order, within `capacity` tickets, the n-th new ticket
+    with at most ``limit(n)`` messages and bytes (sizing.py; None: no bound on bytes)."""
 
     now_ms: int
-    batch_size: int
+    limit: Callable[[int], tuple[int, int | None]]
     capacity: int
     in_flight: set[str]
     busy_groups: set[str]
     live_origins: set[str]
     plan: Plan = field(default_factory=Plan)
     _open: list[Candidate] | None = None
+    _limits: dict[int, tuple[int, int | None]] = field(default_factory=dict)
+    """id() of each new batch -> the messages it may carry."""
     _group_batches: dict[str, list[Candidate]] = field(default_factory=dict)
     _blocked: set[str] = field(default_factory=set)
 
@@ -111,12 +115,19 @@ class Planner:
             self.plan.waiting += candidate.count
             return None
         batch = [candidate]
+        self._limits[id(batch)] = self.limit(len(self.plan.batches))
         self.plan.batches.append(batch)
         return batch
 
+    def _fits(self, batch: list[Candidate], candidate: Candidate) -> bool:
+        messages, size = self._limits[id(batch)]
+        if sum(c.count for c in batch) + candidate.count > messages:
+            return False
+        return size is None or sum(c.size for c in batch) + candidate.size <= size
+
     def _add_ungrouped(self, candidate: Candidate) -> None:
         batch = self._open
-        if batch is not None and sum(c.count for c in batch) + candidate.count <= self.batch_size:
+        if batch is not None and self._fits(batch, candidate):
             batch.append(candidate)
         else:
             self._open = self._new_batch(candidate)
@@ -131,7 +142,7 @@ class Planner:
             self.plan.wakeups[candidate.sort_ms] = candidate.ready_ms
             return
         batch = self._group_batches.get(group)
-        if batch is not None and len(batch) < self.batch_size:
+        if batch is not None and self._fits(batch, candidate):
             batch.append(candidate)
             return
         if batch is not None:

@@ -4,6 +4,7 @@ Cost and latency:
 
 - A queue starts in *probe* mode: one `Coordinator.probe` (one LIST) says whether it has work.
   No lease is taken before that, so a run over idle queues costs one LIST per queue, then ends.
+  A queue an S3 event named (low-latency mode) is ticked at once instead: the event said.
 - A queue with work is ticked every ``busy_interval`` while anything was dispatched, is waiting
   or in flight (enqueue-to-start latency is about one interval). Once a tick finds nothing left
   it goes back to probes, with a doubling backoff, keeping its lease; idle for
@@ -155,8 +156,11 @@ class _Run:
         settings: ServeSettings,
         gauges: Gauges | None,
         on_tick: OnTick | None,
+        hot: frozenset[str] = frozenset(),
     ) -> None:
-        self.slots = [_Slot(c) for c in coordinators]
+        self.slots = [
+            _Slot(c, mode="tick" if c.keys.queue in hot else "probe") for c in coordinators
+        ]
         self.clock, self.settings = clock, settings
         self.gauges, self.on_tick = gauges, on_tick
         self.result = ServeResult()
@@ -263,10 +267,13 @@ def serve(
     gauges: Gauges | None = None,
     stop: threading.Event | None = None,
     on_tick: OnTick | None = None,
+    hot: Iterable[str] = (),
 ) -> ServeResult:
-    """Serve every queue until time runs short, `stop` is set, or all are quiet (see module)."""
+    """Serve every queue until time runs short, `stop` is set, or all are quiet (see module).
+    The `hot` queues are known to have work (an S3 event named them): ticked at once, with no
+    probe first."""
     s = settings or ServeSettings()
-    run = _Run(coordinators, clock, s, gauges, on_tick)
+    run = _Run(coordinators, clock, s, gauges, on_tick, frozenset(hot))
     if not run.slots:
         run.result.reason = "idle"
         return run.result

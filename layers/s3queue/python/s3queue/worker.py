@@ -27,7 +27,7 @@ from typing import Any, Literal
 from s3queue.apply import Loaded, apply_ticket, load_ref
 from s3queue.claim import Beating, Claim
 from s3queue.clock import Clock, SystemClock
-from s3queue.concurrency import RunAll, Threads
+from s3queue.concurrency import RunAll, Threads, settled
 from s3queue.config import CoordinatorSettings, QueueSettings
 from s3queue.errors import LeaseLost, S3QueueError
 from s3queue.events import Emitter, Listener
@@ -56,7 +56,10 @@ class WorkResult:
         return sum(1 for o in self.outcomes if o.kind == kind)
 
 
-READ_AHEAD = 8
+READ_AHEAD = 32
+"""Objects of a ticket read at once, at most: GETs overlap instead of adding up."""
+READ_AHEAD_BYTES = 8 * 1024 * 1024
+"""...and at most this many bytes of them (by the sizes the LIST gave), at least one."""
 """Objects of a ticket read at once, ahead of the handler (at most this many held unread)."""
 
 
@@ -113,10 +116,11 @@ class Worker:
         if found is None:
             return WorkResult(key, "gone")
         ticket, etag = found
-        refused = self._fenced(key, ticket)
+        preloaded: dict[str, Loaded | None] = {}
+        refused = self._fenced(key, ticket, preloaded)
         if refused is not None:
             return refused
-        claim = self._claim(key, ticket, etag, remaining_ms)
+        claim = self._claim(key, ticket, etag, remaining_ms, preloaded)
         if isinstance(claim, WorkResult):
             return claim
         guard = Guard(self._bind(handler), remaining_ms, self.settings.timeout)
@@ -129,9 +133,19 @@ class Worker:
             bound = self._bound = (handler, bind(handler))
         return bound[1]
 
-    def _fenced(self, key: str, ticket: Ticket) -> WorkResult | None:
-        """Refuse a ticket the lease does not accept: fenced, or not yet sealed (deferred)."""
-        lease = read_lease(self.storage, self.keys.lease)
+    def _fenced(
+        self, key: str, ticket: Ticket, preloaded: dict[str, Loaded | None]
+    ) -> WorkResult | None:
+        """Refuse a ticket the lease does not accept: fenced, or not yet sealed (deferred).
+        A first delivery's first object, which the claim reads next (`_note_first`), is read
+        at the same time: a read changes nothing, and a fenced ticket is rare."""
+        lease_read = partial(read_lease, self.storage, self.keys.lease)
+        if ticket.generation > 0 or not ticket.refs or ticket.state != "pending":
+            lease = lease_read()
+        else:
+            first = ticket.refs[0]
+            jobs: list[Callable[[], Any]] = [lease_read, partial(self._load, first, preloaded)]
+            lease = settled(self.read_ahead, jobs)[0]
         verdict = lease.accepts(ticket.epoch, ticket.seq) if lease else False
         if verdict:
             return None
@@ -172,9 +186,13 @@ class Worker:
         return None if obj is None else (Ticket.decode(obj.body), obj.etag)
 
     def _claim(
-        self, key: str, ticket: Ticket, etag: str, remaining_ms: Callable[[], int] | None
+        self,
+        key: str,
+        ticket: Ticket,
+        etag: str,
+        remaining_ms: Callable[[], int] | None,
+        preloaded: dict[str, Loaded | None],
     ) -> Claim | WorkResult:
-        preloaded: dict[str, Loaded | None] = {}
         for _ in range(2):  # a second try when the ticket was reaped into a new generation
             if ticket.state == "committed":
                 apply_ticket(self.storage, self.keys, ticket, etag, self._loader(None))
@@ -304,7 +322,7 @@ class Worker:
         refs = claim.ticket.refs
         for at, ref in enumerate(refs):
             if ref.key not in loaded:  # the first may have been read before the claim
-                self._read_ahead(refs[at : at + READ_AHEAD], loaded)
+                self._read_ahead(_window(refs, at), loaded)
             result = self._load(ref, loaded)
             if result is None:
                 continue
@@ -316,3 +334,15 @@ class Worker:
         self.emit("release", now, ticket=claim.key, message_id=record.id, reason=why)
         with claim.lock:
             claim.ticket.outcomes.append(Outcome(ref.key, record.id, "release", now, why))
+
+
+def _window(refs: list[Ref], at: int) -> list[Ref]:
+    """The refs to read at once from `at`: `READ_AHEAD` of them, within `READ_AHEAD_BYTES`."""
+    window: list[Ref] = []
+    total = 0
+    for ref in refs[at : at + READ_AHEAD]:
+        total += ref.size
+        if window and total > READ_AHEAD_BYTES:
+            break
+        window.append(ref)
+    return window

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import itertools
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import BinaryIO, Protocol
 
@@ -82,11 +82,15 @@ class Storage(Protocol):
         if_none_match: bool = False,
         token: str | None = None,
         metadata: Mapping[str, str] | None = None,
+        resend_if: Callable[[], bool] | None = None,
     ) -> str:
         """Write the object and return its new ETag; `Conflict` if a condition failed.
 
         `metadata` becomes the object's user metadata (what another service's PUT may carry);
-        the library's own documents keep everything in their bodies."""
+        the library's own documents keep everything in their bodies. `resend_if`, for a create
+        (`if_none_match` with a `token`): asked before the create is sent again after a failure
+        that may have applied, once the object is found missing; False raises `Consumed` (it
+        did apply and was consumed since: a resend would create it a second time)."""
         ...
 
     def delete(self, key: str, *, if_match: str | None = None) -> None:

@@ -7,7 +7,7 @@ import hashlib
 import io
 import os
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import BinaryIO
 
@@ -68,6 +68,7 @@ class MemoryStorage:
         if_none_match: bool = False,
         token: str | None = None,
         metadata: Mapping[str, str] | None = None,
+        resend_if: Callable[[], bool] | None = None,
     ) -> str:
         meta = {k.lower(): v for k, v in (metadata or {}).items()}  # as S3 stores them
         try:

@@ -24,6 +24,11 @@ once, before any backoff) and resends only if the object is not there:
     HEAD                       -> token t: done, return        (consume, delete: too late to
                                                                  be created again)
 
+The HEAD can come late (retried after a 503, or slow), after a fast consumer took the object
+and deleted it: missing then does not mean "never applied". A writer that can tell passes
+`resend_if` (the coordinator: a ticket whose first message is gone was applied), and such a
+create raises `Consumed` instead of creating the object a second time.
+
 Listing. `list` gives AWS semantics on servers that walk keys as folders (SeaweedFS): a
 ``start_after`` equal to a folder's name no longer skips that folder (`sending.just_below`).
 Such a server still orders a folder before a sibling that extends its name with a character below
@@ -69,6 +74,7 @@ from s3queue.config import ENV_ENDPOINT_URL
 from s3queue.errors import (
     AccessDenied,
     Conflict,
+    Consumed,
     EndpointUnreachable,
     S3QueueError,
     StorageError,
@@ -178,6 +184,7 @@ class S3Storage:
         if_none_match: bool = False,
         token: str | None = None,
         metadata: Mapping[str, str] | None = None,
+        resend_if: Callable[[], bool] | None = None,
     ) -> str:
         params: dict[str, Any] = {"Key": key, "Body": body}
         if if_match is not None:
@@ -190,7 +197,7 @@ class S3Storage:
                 sent[TOKEN_METADATA] = token
             params["Metadata"] = sent
         try:
-            return _etag(self._put(key, params, token if if_none_match else None))
+            return _etag(self._put(key, params, token if if_none_match else None, resend_if))
         except Conflict:
             # Our own earlier attempt may have applied (see the module docstring), or a 409
             # left everything as it was: only a failed condition is a Conflict.
@@ -198,10 +205,20 @@ class S3Storage:
                 self, key, token=token, if_match=if_match, if_none_match=if_none_match
             )
 
-    def _put(self, key: str, params: dict[str, Any], create_token: str | None) -> dict[str, Any]:
+    def _put(
+        self,
+        key: str,
+        params: dict[str, Any],
+        create_token: str | None,
+        resend_if: Callable[[], bool] | None = None,
+    ) -> dict[str, Any]:
         def mine() -> dict[str, Any] | None:
-            """Our create applied after all (its response was lost): its ETag, before a resend."""
+            """Our create applied after all (its response was lost): its ETag, before a resend.
+            Missing, it may never have applied, or applied and been consumed since (the HEAD
+            came late: it was retried, or slow): the writer knows which (`resend_if`)."""
             head = self.head(key)
+            if head is None and resend_if is not None and not resend_if():
+                raise Consumed(f"{key} was created and consumed already: not created again")
             return {"ETag": head.etag} if head is not None and head.token == create_token else None
 
         call = self._client.put_object

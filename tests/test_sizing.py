@@ -1,0 +1,151 @@
+"""Elastic tickets (sizing.py): `batch_size` while slots are free, grown under a backlog,
+bounded by the pace tickets finish at, by `max_batch_size`, and never in the last slot."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+from harness import Harness, Recorder
+from s3queue.config import ConfigError, QueueSettings
+from s3queue.model import Message
+from s3queue.sizing import GROWN_BYTES, Pace, Sizes, most, sizes
+
+
+def refs_per_ticket(h: Harness) -> list[int]:
+    return [len(p["doc"]["refs"]) for p in h.invocations]
+
+
+def test_pace_is_unknown_until_a_ticket_finished_and_weighs_large_tickets_more() -> None:
+    pace = Pace()
+    assert pace.ms_per_message is None
+    pace.finished(10, 1000)
+    assert pace.ms_per_message == pytest.approx(100.0)
+    pace.finished(1000, 2000)  # a large fast ticket moves the ratio more than a small one
+    assert pace.ms_per_message is not None and pace.ms_per_message < 10
+    pace.finished(0, 5000)  # an empty ticket says nothing about the pace
+    assert pace.ms_per_message < 10
+
+
+def test_no_backlog_or_no_pace_yet_means_batch_size() -> None:
+    settings = QueueSettings()  # batch 10, 32 slots, 1,000 most, 2 s
+    pace = Pace()
+    assert sizes(settings, pace, ready=5000, free=32, live_grown=0) == Sizes(10, 10, 0)
+    pace.finished(10, 100)  # 10 ms a message: 2 s is 200 messages
+    assert sizes(settings, pace, ready=300, free=32, live_grown=0) == Sizes(10, 10, 0)
+    grown = sizes(settings, pace, ready=10_000, free=32, live_grown=0)
+    assert grown == Sizes(10, 200, 31)  # the last slot stays a quick lane
+    assert [grown.limit(i) for i in (0, 30, 31)] == [(200, GROWN_BYTES)] * 2 + [(10, None)]
+
+
+def test_a_grown_ticket_is_the_backlog_spread_over_the_lanes_within_the_bounds() -> None:
+    settings = QueueSettings(max_in_flight_tickets=8, max_batch_size=500)
+    fast, slow = Pace(), Pace()
+    fast.finished(100, 10)  # 0.1 ms a message
+    slow.finished(10, 20_000)  # 2 s a message
+    assert sizes(settings, fast, ready=700, free=8, live_grown=0).grown_size == 100  # 700 / 7
+    assert most(settings, fast) == 500  # max_batch_size
+    assert most(settings, slow) == 10  # never below batch_size
+    assert sizes(settings, slow, ready=9000, free=8, live_grown=0).grown_size == 10
+    # grown tickets still live use up lanes; the quick lane is never one of them
+    assert sizes(settings, fast, ready=9000, free=3, live_grown=5).grown == 2
+    assert sizes(settings, fast, ready=9000, free=1, live_grown=6).grown == 1
+    assert sizes(settings, fast, ready=9000, free=1, live_grown=7).grown == 0
+
+
+def test_settings_bound_the_growth() -> None:
+    with pytest.raises(ConfigError, match="max_batch_size"):
+        QueueSettings(batch_size=20, max_batch_size=10)
+    with pytest.raises(ConfigError, match="ticket_seconds"):
+        QueueSettings(ticket_seconds=0)
+    pace = Pace()
+    pace.finished(10, 100)  # 10 ms a message
+    assert most(QueueSettings(ticket_seconds=40, timeout=60), pace) == 1000  # 30 s: max 1,000
+    assert most(QueueSettings(ticket_seconds=40, timeout=2, visibility_timeout=1), pace) == 100
+    assert QueueSettings.from_mapping({"ticket_seconds": 5, "max_batch_size": 50}).delta() == {
+        "ticket_seconds": 5.0,
+        "max_batch_size": 50,
+    }
+
+
+def test_a_backlog_grows_tickets_once_one_finished_and_each_message_runs_once() -> None:
+    h = Harness(settings=QueueSettings(max_in_flight_tickets=4))
+    for i in range(400):
+        h.queue.enqueue(i)
+    assert h.tick().dispatched == 40  # no pace yet: 4 tickets of 10
+    assert refs_per_ticket(h) == [10, 10, 10, 10]
+    handler = Recorder()
+    h.work(handler)
+    h.clock.advance(0.1)
+    h.tick()
+    assert refs_per_ticket(h) == [120, 120, 120]  # the 360 left over 3 lanes, not the 4th
+    h.drain(handler)
+    assert Counter(handler.bodies()) == Counter(range(400))
+
+
+def test_packed_objects_share_a_grown_ticket() -> None:
+    h = Harness(settings=QueueSettings(max_in_flight_tickets=4))
+    for _ in range(4):
+        h.queue.enqueue_many(range(100))
+    h.tick()
+    assert refs_per_ticket(h) == [1, 1, 1, 1]  # larger than batch_size: alone
+    h.work(Recorder())
+    for _ in range(20):
+        h.queue.enqueue_many(range(100))
+    h.clock.advance(0.1)
+    h.tick()
+    assert refs_per_ticket(h)[0] > 1  # 2,000 messages over 3 lanes: several packs a ticket
+    handler = Recorder()
+    h.drain(handler)
+    assert len(handler.seen) == 2000
+
+
+def test_slow_handlers_keep_tickets_at_batch_size() -> None:
+    h = Harness(settings=QueueSettings(max_in_flight_tickets=4))
+
+    def slow(message: Message) -> None:
+        h.clock.advance(1.0)  # a second a message: a 10-message ticket outlasts 2 s
+
+    for i in range(200):
+        h.queue.enqueue(i)
+    for _ in range(3):
+        h.tick()
+        assert set(refs_per_ticket(h)) == {10}
+        h.work(slow)
+
+
+def test_max_batch_size_equal_to_batch_size_turns_growth_off() -> None:
+    h = Harness(settings=QueueSettings(max_in_flight_tickets=2, max_batch_size=10))
+    for i in range(100):
+        h.queue.enqueue(i)
+    for _ in range(3):
+        h.tick()
+        assert refs_per_ticket(h) == [10, 10]
+        h.work(Recorder())
+
+
+def test_under_a_deep_backlog_the_last_slot_takes_a_small_ticket() -> None:
+    h = Harness(settings=QueueSettings(max_in_flight_tickets=4, max_batch_size=200))
+    for i in range(2000):
+        h.queue.enqueue(i)
+    h.tick()
+    handler = Recorder()
+    h.work(handler)
+    h.tick()
+    assert refs_per_ticket(h) == [200, 200, 200, 10]
+    h.work(handler)
+    h.tick()
+    assert refs_per_ticket(h) == [200, 200, 200, 10]
+
+
+def test_a_grown_ticket_holds_at_most_grown_bytes_of_objects() -> None:
+    h = Harness(settings=QueueSettings(max_in_flight_tickets=4))
+    body = "x" * (GROWN_BYTES // 8)  # a bit over an eighth of the bound, as stored
+    for i in range(100):
+        h.queue.enqueue(body if i >= 40 else i)
+    h.tick()
+    h.work(Recorder())
+    h.tick()
+    sizes_ = [sum(r["size"] for r in p["doc"]["refs"]) for p in h.invocations]
+    grown, quick = sizes_[:3], sizes_[3]  # the quick lane's 10 have no bound on bytes
+    assert len(h.invocations) == 4 and max(grown) <= GROWN_BYTES < quick
