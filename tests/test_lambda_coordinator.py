@@ -126,6 +126,35 @@ def test_an_idle_scheduled_run_costs_one_list_per_queue(
     }
 
 
+def test_an_object_created_event_ticks_its_queue_without_a_probe(
+    coordinator_app: ModuleType,
+    aws: Any,
+    clock: FakeClock,
+    counters: list[RequestCounter],
+    invokes: list[tuple[str, dict[str, Any]]],
+) -> None:
+    """Low-latency mode: the event says the queue has work, so the run leads and dispatches
+    at once (no probe LIST first); the other queue is probed as on a schedule."""
+    key = Queue("send_email", storage=S3Storage(aws, BUCKET)).enqueue({"to": "a@example.com"})
+    clock.advance(1)
+    event = {
+        **scheduled_event(),
+        "detail-type": "Object Created",
+        "source": "aws.s3",
+        "detail": {"bucket": {"name": BUCKET}, "object": {"key": f"s3queue/send_email/msg/{key}"}},
+    }
+    result = coordinator_app.handler(event, context(clock, seconds=15))
+    assert result["dispatched"] == 1 and result["probes"] >= 1
+    assert [name for name, _ in invokes] == ["S3Queue-send-email"]
+    # the probes that ran were the other queue's (and the watch after the dispatch)
+    assert coordinator_app.hot_queues(event, "s3queue") == {"send_email"}
+    assert coordinator_app.hot_queues(scheduled_event(), "s3queue") == set()
+    assert (
+        coordinator_app.hot_queues({**event, "detail": {"object": {"key": "x/y"}}}, "s3queue")
+        == set()
+    )
+
+
 def test_a_scheduled_run_dispatches_to_each_queue_worker_and_hands_over(
     coordinator_app: ModuleType,
     aws: Any,

@@ -131,6 +131,24 @@ def test_idle_queues_cost_one_list_each_and_no_lease() -> None:
     assert published[0][1] == {"Pending": 0.0, "InFlight": 0.0, "OldestMessageAge": 0.0}
 
 
+def test_a_hot_queue_is_ticked_at_once_without_a_probe() -> None:
+    system = System("emails", "reports")
+    system.queues["emails"].enqueue("hi")
+    system.storage.calls.clear()
+    ticked: list[str] = []
+    result = serve(
+        system.coordinators(),
+        remaining_ms=system.deadline(60),
+        clock=system.clock,
+        settings=ServeSettings(linger=0.0),
+        on_tick=lambda queue, _: ticked.append(queue),
+        hot={"emails"},
+    )
+    assert result.dispatched == 1 and ticked[0] == "emails"
+    assert result.probes == 1  # only "reports" was probed before the first tick
+    assert system.kinds("dispatch")[0].at_ms == system.kinds("takeover")[0].at_ms
+
+
 def test_serves_until_empty_then_lingers_and_releases() -> None:
     system = System("emails", settings=QueueSettings(batch_size=5, max_in_flight_tickets=2))
     for i in range(30):
