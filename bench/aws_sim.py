@@ -55,6 +55,12 @@ class Capacity:
         return PACK if self.mode == "packed" else 1
 
 
+def variant_mode(variant: str) -> tuple[str, str]:
+    """``packed:name=value,...`` -> ("packed", the settings); else ("single", it all)."""
+    mode, sep, text = variant.partition(":")
+    return (mode.strip(), text) if sep else ("single", variant)
+
+
 def settings_from(text: str, base: QueueSettings | None = None) -> QueueSettings:
     """Queue settings from ``name=value,...`` on top of `base` (the defaults)."""
     values = dict((base or QueueSettings()).__dict__)
@@ -122,11 +128,15 @@ def run(target: Target, plan: Plan, progress: Progress) -> dict[str, Any]:
     }
     out["variants"] = []
     for variant in plan.aws_sim_variants:
-        point = Capacity(
-            "single", 1, plan.aws_sim_variant_offered, plan.aws_sim_warmup, plan.aws_sim_seconds
-        )
-        result = capacity(point, model, settings_from(variant, settings))
-        out["variants"].append({"settings": variant, **result})
+        mode, text = variant_mode(variant)
+        if mode == "packed":
+            seconds = plan.aws_sim_packed_variant_seconds
+            point = Capacity(mode, 1, plan.aws_sim_packed_variant_offered, seconds, seconds)
+        else:
+            offered = plan.aws_sim_variant_offered
+            point = Capacity(mode, 1, offered, plan.aws_sim_warmup, plan.aws_sim_seconds)
+        result = capacity(point, model, settings_from(text, settings))
+        out["variants"].append({"settings": text, **result})
         step(f"variant {variant}")
     out["overload"] = overload(plan, model, settings)
     step("overload")

@@ -56,29 +56,36 @@ class Plan:
     # aws_sim (virtual seconds: the run's wall time is the code's CPU, not these)
     aws_sim_queues: tuple[int, ...] = (1, 2, 4)
     """Queues served by one coordinator function: the capacity curve's points."""
-    aws_sim_single_offered: float = 400.0
+    aws_sim_single_offered: float = 3_000.0
     """Messages per second per queue offered by `enqueue` producers (above capacity)."""
-    aws_sim_packed_offered: float = 4_000.0
-    aws_sim_warmup: float = 10.0
-    aws_sim_seconds: float = 30.0
+    aws_sim_packed_offered: float = 20_000.0
+    aws_sim_warmup: float = 8.0
+    aws_sim_seconds: float = 15.0
     aws_sim_steady: float = 70.0
     """Virtual seconds of the steady run after its warm-up (more than a coordinator run)."""
     aws_sim_settings: str = ""
     """Queue settings for every aws_sim run, as ``name=value,...`` (default: the defaults)."""
     aws_sim_variants: tuple[str, ...] = (
+        "concurrency=16",
         "concurrency=32",
-        "concurrency=32,batch_size=100",
-        "concurrency=32,batch_size=200",
+        "concurrency=64",
+        "max_batch_size=10",
+        "packed:concurrency=32",
+        "packed:concurrency=32,max_batch_size=2000",
     )
-    """More `enqueue` capacity points, one queue, each with these settings on top."""
-    aws_sim_variant_offered: float = 3_000.0
-    """Messages per second offered in the variants (they may take more than the defaults)."""
+    """More capacity points, one queue, each with these settings on top; ``packed:`` first:
+    `enqueue_many(100)`, else `enqueue`."""
+    aws_sim_variant_offered: float = 5_000.0
+    """`enqueue`s a second offered in the variants (above S3's write rate per prefix)."""
+    aws_sim_packed_variant_offered: float = 100_000.0
+    aws_sim_packed_variant_seconds: float = 5.0
+    """Warm-up and window of a ``packed:`` variant (a million messages at 100,000 a second)."""
     aws_sim_cpu_scale: float = 1.0
     """Virtual seconds charged per second of this machine's CPU the simulated code spends."""
     aws_sim_overload_offered: float = 5_000.0
     """`enqueue`s a second offered on one queue, above S3's 3,500 writes/s per prefix."""
     aws_sim_overload_seconds: float = 14.0
-    aws_sim_idle_messages: int = 20
+    aws_sim_idle_messages: int = 60
     aws_sim_idle_gap: float = 150.0
     """Virtual seconds between two messages after idle (the coordinator run ends in between)."""
 
@@ -105,8 +112,9 @@ QUICK = replace(
     fairness_small=20,
     payload_bytes=64 * 1024 * 1024,
     aws_sim_queues=(1,),
-    aws_sim_seconds=15.0,
-    aws_sim_variants=("concurrency=32",),
+    aws_sim_seconds=10.0,
+    aws_sim_variants=("concurrency=32", "packed:concurrency=32,max_batch_size=2000"),
+    aws_sim_packed_variant_seconds=2.0,
     aws_sim_overload_seconds=8.0,
     aws_sim_idle_messages=8,
 )
@@ -136,7 +144,9 @@ SMOKE = replace(
     aws_sim_warmup=3.0,
     aws_sim_seconds=3.0,
     aws_sim_steady=5.0,
-    aws_sim_variants=("batch_size=20",),
+    aws_sim_variants=("batch_size=20", "packed:concurrency=4"),
+    aws_sim_packed_variant_offered=2_000.0,
+    aws_sim_packed_variant_seconds=1.0,
     aws_sim_overload_offered=8_000.0,
     aws_sim_overload_seconds=1.5,
     aws_sim_idle_messages=2,

@@ -89,7 +89,12 @@ def run(target: Target, plan: Plan, progress: Progress) -> dict[str, Any]:
     backlog = Backlog(target, space)
     meter = Meter(target.client())
     worker = Worker(S3Storage(target.client(), space.bucket), QUEUE, prefix=space.prefix)
-    settings = QueueSettings(batch_size=BATCH_SIZE, max_in_flight_tickets=plan.scale_in_flight)
+    # Tickets of BATCH_SIZE, not grown (sizing.py): every dispatching tick then has the same
+    # work whatever the backlog, so its cost shows the scan's (grown tickets read up to
+    # ``scan_pages`` pages a tick: bounded too, but by what the tick can dispatch).
+    settings = QueueSettings(
+        batch_size=BATCH_SIZE, max_batch_size=BATCH_SIZE, max_in_flight_tickets=plan.scale_in_flight
+    )
     points = []
     sizes = plan.scale_backlogs
     for n, size in enumerate(sizes):
@@ -102,7 +107,8 @@ def run(target: Target, plan: Plan, progress: Progress) -> dict[str, Any]:
         "params": {
             "backlogs": list(sizes),
             "rounds": plan.scale_rounds,
-            "settings": f"batch_size {BATCH_SIZE}, max_in_flight_tickets {plan.scale_in_flight}",
+            "settings": f"batch_size {BATCH_SIZE} (max_batch_size {BATCH_SIZE}: no growth), "
+            f"max_in_flight_tickets {plan.scale_in_flight}",
             "objects": "one message per object (what enqueue writes), keys a day in the past",
         },
         "backlog_writes": backlog.writes,

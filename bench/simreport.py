@@ -67,14 +67,14 @@ def _overload(d: Results) -> str:
 
 def _variants(data: Results) -> str:
     rows = []
-    for point in [data["single"]["curve"][0], *data["variants"]]:
+    for point in [data["single"]["curve"][0], data["packed"]["curve"][0], *data["variants"]]:
         where = point["where_time_goes"]
         busy = 1 - where["coordinator_share"].get("sleep", 0.0)
         peak = max(f["peak_concurrency"] for f in where["worker_functions"])
         bound = " (offered-bound)" if point["offered_bound"] else ""
         rows.append(
             [
-                (point.get("settings") or "as above") + bound,
+                dict(MODES)[point["mode"]] + ", " + (point.get("settings") or "defaults") + bound,
                 point["msgs_per_s_per_queue"],
                 f"{busy:.0%}",
                 where["dispatched_per_tick"],
@@ -84,7 +84,7 @@ def _variants(data: Results) -> str:
             ]
         )
     headers = [
-        "`enqueue`, one queue, settings",
+        "one queue: mode, settings",
         "msg/s",
         "coordinator busy",
         "messages per tick",
@@ -174,19 +174,42 @@ def _where(point: Results) -> str:
 
 
 def headline(data: Results) -> list[Row]:
-    """Issue 13's targets against the simulated figures."""
+    """Issue 13's targets against the simulated figures: with the defaults, and the best of
+    the variants (settings named)."""
     out = []
     for mode, label in MODES:
         m = data[mode]
+        best = max(
+            (v for v in data.get("variants", []) if v["mode"] == mode),
+            key=lambda v: v["msgs_per_s_per_queue"],
+            default=None,
+        )
+        top = (
+            m["msgs_per_s"] if best is None else max(m["msgs_per_s"], best["msgs_per_s_per_queue"])
+        )
+        tuned = (
+            f"; {best['msgs_per_s_per_queue']:,.0f} with {best['settings']}"
+            if best is not None
+            else ""
+        )
         out.append(
             Row(
                 f"AWS simulation: messages/s, one queue, {label}",
-                f"{m['msgs_per_s']:,.0f} (p50 {m['latency_ms']['p50']:,.0f} ms at half that "
-                f"rate; ${m['usd_per_million']['total']:.2f} per million)",
+                f"{m['msgs_per_s']:,.0f} with the defaults (p50 {m['latency_ms']['p50']:,.0f} ms "
+                f"at half that rate; ${m['usd_per_million']['total']:.2f} per million){tuned}",
                 f"≥ {TARGETS[mode]:,}",
-                m["msgs_per_s"] >= TARGETS[mode],
+                top >= TARGETS[mode],
             )
         )
+    single = data["single"]["usd_per_million"]["total"]
+    out.append(
+        Row(
+            "AWS simulation: $ per million `enqueue`d messages, defaults, half capacity",
+            f"${single:.2f}",
+            "≤ $6",
+            single <= 6,
+        )
+    )
     low = data["after_idle"]["low_latency"]["latency_ms"]["p50"]
     scheduled = data["after_idle"]["scheduled"]["latency_ms"]["p50"]
     out.append(

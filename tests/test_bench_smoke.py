@@ -58,6 +58,10 @@ def test_scenarios_run_and_the_report_is_written(seaweed: EmbeddedS3, tmp_path: 
     assert sim["single"]["steady"]["per_message_by_role"]["producer"] == 1.0  # one PUT
     assert sim["single"]["steady"]["started"] == sim["single"]["steady"]["enqueued"]
     assert [p["queues"] for p in sim["single"]["curve"]] == [1, 2]
+    assert [(v["mode"], v["settings"]) for v in sim["variants"]] == [
+        ("single", "batch_size=20"),
+        ("packed", "concurrency=4"),
+    ]
     assert sim["after_idle"]["low_latency"]["latency_ms"]["count"] == SMOKE.aws_sim_idle_messages
     assert sim["overload"]["slowdowns_503_by_role"]["producer"] > 0  # above 3,500 writes/s
     assert "aws_sim.png" in {f.name for f in files}
