@@ -253,7 +253,8 @@ def test_network_faults_and_crashes_on_seaweedfs(
 def test_pulling_workers_partitions_and_blocks_are_in_the_runs() -> None:
     """Guards the workload: workers that were never invoked claim tickets (s3queue worker),
     messages run in every partition, checked each against the one it was sent to, and a
-    leader frozen inside a block of tickets published at once leaves holes to seal."""
+    leader frozen inside a block of tickets published at once leaves holes to seal; tickets
+    grow under the backlog."""
     for family in ("invocations-duplicated-and-lost", "everything"):
         result = family_run(family, 1)
         actors = {e.actor.split(".")[0] for e in result.history.of("exec")}
@@ -264,5 +265,9 @@ def test_pulling_workers_partitions_and_blocks_are_in_the_runs() -> None:
             for e in result.history.of("enqueue")
         }
         assert {"parts/p1", "parts/p2"} <= sent and any(k.startswith("msg/") for k in sent), sent
-    holes = [e for e in family_run("everything", 1).history.of("seal") if e.fields.get("holes")]
+    everything = family_run("everything", 1)
+    holes = [e for e in everything.history.of("seal") if e.fields.get("holes")]
     assert holes, "no takeover met a block with unseen tickets"
+    # ... and elastic tickets: under the backlog, tickets grew past batch_size (sizing.py)
+    sizes = [int(e["messages"]) for e in everything.history.of("dispatch")]
+    assert max(sizes) > everything.config.settings.batch_size, sorted(set(sizes))
