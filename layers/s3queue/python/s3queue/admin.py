@@ -264,16 +264,19 @@ def _purge_blobs(storage: Storage, keys: QueueKeys, *, include_dlq: bool) -> Non
     GET per dead letter."""
     if not storage.list(keys.blobs, limit=1).entries:
         return
-    held: set[str] = set()
-    if not include_dlq:
-        for entry in iter_dead(storage, keys):
-            obj = None if keys.is_tombstone(entry.key, entry.size) else storage.get(entry.key)
-            payload = dead_letter(entry.key, obj.body)["payload"] if obj is not None else None
-            if payload:
-                held.add(payload["key"])
+    held = set() if include_dlq else set(dead_payload_keys(storage, keys))
     doomed = [e.key for e in iter_keys(storage, keys.blobs) if e.key not in held]
     for start in range(0, len(doomed), 1000):
         storage.delete_many(doomed[start : start + 1000])
+
+
+def dead_payload_keys(storage: Storage, keys: QueueKeys) -> Iterator[str]:
+    """The payload key of every dead letter that has one: a GET per dead letter."""
+    for entry in iter_dead(storage, keys):
+        obj = None if keys.is_tombstone(entry.key, entry.size) else storage.get(entry.key)
+        payload = dead_letter(entry.key, obj.body)["payload"] if obj is not None else None
+        if payload and isinstance(payload.get("key"), str):
+            yield payload["key"]
 
 
 def _dead_count(keys: QueueKeys, entry: Entry) -> int:
