@@ -228,8 +228,8 @@ def _dead_payload(
 
 def _keep_payload(storage: Storage, keys: QueueKeys, ref: Ref, record: Record) -> Record:
     """A large inbox object is its message's payload, and is retired with the ticket: a
-    message that stays (retry, dead letter, release) gets a server-side copy in ``blobs/``
-    first, and its record points there (payload.py)."""
+    message that stays (retry, release) gets a server-side copy in ``blobs/`` first, and its
+    record points there (payload.py); a dead letter's goes to ``dlq/`` (`_dead_payload`)."""
     payload = record.payload
     if payload is None or payload.key != ref.key:
         return record

@@ -9,8 +9,9 @@ of a 2 GiB message costs what a retry of a small one does. Where payloads live:
 - ``blobs/<id>``: uploaded by `enqueue_file` (multipart above 8 MiB) before its record is put;
 - ``inbox/<name>``: a large PUT by another service is read in place on its first delivery. The
   inbox object is retired when its ticket is applied, so the first apply that keeps the message
-  (retry, dead letter, release) first copies it server-side to ``blobs/<id>.<etag>`` (one
-  CopyObject, no byte through the worker) and the record points there from then on.
+  (retry, release) first copies it server-side to ``blobs/<id>.<etag>`` (one CopyObject, no
+  byte through the worker) and the record points there from then on; a dead letter's is
+  copied to ``dlq/`` instead (below).
 
 A payload in ``blobs/`` is deleted when its message is done (after the commit, before its
 record is retired, so a crash in between leaves the record to a re-apply that deletes it
