@@ -229,6 +229,30 @@ def test_dlq_list_redrive_purge_delete(cli: Cli, seaweed: EmbeddedS3, bucket: st
 
 
 @pytest.mark.s3
+def test_gc_deletes_only_payloads_no_message_refers_to(
+    cli: Cli, seaweed: EmbeddedS3, bucket: str, tmp_path: Path
+) -> None:
+    # GIVEN a message with a payload, and an upload whose producer died before its record
+    client = seaweed.make_client()
+    jobs = Queue("jobs", storage=S3Storage(client, bucket))
+    (tmp_path / "big.bin").write_bytes(os.urandom(300 * 1024))
+    jobs.enqueue_file(tmp_path / "big.bin")
+    orphan = jobs.keys.blob("lost-upload")
+    client.put_object(Bucket=bucket, Key=orphan, Body=b"payload")
+    # WHEN gc runs with the default grace period, then dry with none, then for real
+    out = cli.ok("gc", "jobs").strip()
+    assert out == "found 0 orphaned payloads of jobs (0 older than 168 h)"
+    dry = cli.ok("gc", "jobs", "--grace-hours", "0", "--dry-run").splitlines()
+    assert dry == [orphan, "found 1 orphaned payloads of jobs (2 older than 0 h)"]
+    out = cli.ok("gc", "jobs", "--grace-hours", "0").strip()
+    # THEN only the orphan went
+    assert out == "deleted 1 orphaned payloads of jobs (2 older than 0 h)"
+    left = client.list_objects_v2(Bucket=bucket, Prefix=jobs.keys.blobs)["Contents"]
+    assert len(left) == 1 and left[0]["Key"] != orphan
+    assert cli("gc", "jobs", "--grace-hours", "-1")[0] == 2
+
+
+@pytest.mark.s3
 def test_dev_drain_runs_the_handler_folder(cli: Cli, tmp_path: Path) -> None:
     folder = tmp_path / "handlers"
     folder.mkdir()

@@ -1,6 +1,6 @@
 """Payloads of any size (issue 14 item 1): `enqueue_file`, large plain PUTs, `message.open()`
-and `message.size`; a payload is read only when the handler asks, and stays in place through
-retries, the dead-letter queue and redrive."""
+and `message.size`; a payload is read only when the handler asks, stays in place through
+retries, and moves with its dead letter under ``dlq/`` (expired with it) and back on redrive."""
 
 from __future__ import annotations
 
@@ -114,7 +114,7 @@ def test_an_unseekable_stream_is_uploaded_with_what_was_read_of_it() -> None:
     assert list(seen.values()) == [data]
 
 
-def test_a_payload_stays_in_place_through_retries_the_dlq_and_redrive(tmp_path: Path) -> None:
+def test_a_payload_stays_through_retries_and_moves_with_its_dead_letter(tmp_path: Path) -> None:
     # GIVEN a large payload whose handler fails every time
     h = harness(max_retries=1, backoff_base=0.01, backoff_cap=0.01)
     data = os.urandom(500 * KiB)
@@ -123,19 +123,24 @@ def test_a_payload_stays_in_place_through_retries_the_dlq_and_redrive(tmp_path: 
     [blob] = h.keys("blobs/")
     seen: dict[str, bytes] = {}
     h.drain(reading(seen, lambda m: RuntimeError("boom")))
-    # THEN its retry read the same payload, and the dead letter points at it, still there
+    # THEN its retry read the same payload; the dead letter holds a copy under dlq/, named
+    # after it (the DLQ's lifecycle rule expires both), and the blobs/ original is gone
+    assert len(seen) == 1 and list(seen.values()) == [data]
     [dead] = h.queue.dead_letters()
-    assert dead["payload"] == {"key": blob, "size": len(data)}
+    kept = h.queue.keys.dead_payload(dead["key"])
+    assert dead["payload"] == {"key": kept, "size": len(data)}
     assert (dead["body"], dead["body_encoding"]) == (None, "payload")
-    assert dead["attributes"] == {"tenant": "acme"} and h.keys("blobs/") == [blob]
+    assert dead["attributes"] == {"tenant": "acme"} and h.keys("blobs/") == []
+    assert h.keys("dlq/") == [dead["key"], kept] and h.queue.stats()["dead"] == 1
     # WHEN it is redriven and succeeds
     assert h.queue.redrive() == 1
+    assert h.keys("dlq/") == [] and len(h.keys("blobs/")) == 1 and blob not in h.keys("blobs/")
     seen.clear()
     handler = reading(seen)
     h.drain(handler)
     # THEN the handler read it whole, and the payload went with the message
     assert list(seen.values()) == [data] and handler.seen[0].attempt == 1
-    assert h.keys("blobs/") == []
+    assert h.keys("blobs/") == [] and h.keys("dlq/") == []
 
 
 def test_a_large_plain_put_is_kept_for_its_retry_by_a_server_side_copy() -> None:
@@ -163,16 +168,18 @@ def test_a_large_plain_put_is_kept_for_its_retry_by_a_server_side_copy() -> None
     assert h.keys("blobs/") == []
 
 
-def test_a_dead_large_plain_put_keeps_its_payload_until_purged() -> None:
+def test_a_dead_large_plain_put_keeps_its_payload_beside_it_until_purged() -> None:
     h = harness()
     h.storage.put(INBOX_KEY, os.urandom(300 * KiB))
     h.drain(Recorder(lambda m: PermanentError("no")))
     [dead] = h.queue.dead_letters()
-    assert dead["payload"]["size"] == 300 * KiB and h.keys("blobs/") == [dead["payload"]["key"]]
+    kept = h.queue.keys.dead_payload(dead["key"])
+    assert dead["payload"] == {"key": kept, "size": 300 * KiB}
+    assert h.keys("blobs/") == [] and h.keys("inbox/") == []  # copied straight to dlq/
     h.queue.purge()
-    assert h.keys("blobs/") == [dead["payload"]["key"]]  # a dead letter still holds it
-    h.queue.purge(include_dlq=True)
-    assert h.keys("blobs/") == []
+    assert h.keys("dlq/") == [dead["key"], kept]  # a dead letter still holds it
+    assert h.queue.purge(include_dlq=True) == 1  # its payload is not a message
+    assert h.keys("dlq/") == []
 
 
 def test_a_missing_payload_is_a_dead_letter_with_the_reason(tmp_path: Path) -> None:

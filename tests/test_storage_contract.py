@@ -399,6 +399,14 @@ class TestStreams:
             storage.copy("q/src", "q/dst3", if_match=etag, size=7)
         assert storage.get("q/dst2") is None and storage.get("q/dst3") is None
 
+    def test_copy_without_a_version_copies_what_is_there(self, storage: Storage) -> None:
+        storage.put("q/src", b"payload")
+        storage.copy("q/src", "q/dst", if_match=None, size=7)
+        assert (obj := storage.get("q/dst")) is not None and obj.body == b"payload"
+        storage.delete("q/src")
+        with pytest.raises(Conflict):
+            storage.copy("q/src", "q/dst2", if_match=None, size=7)
+
 
 class Unseekable(io.RawIOBase):
     """A pipe-like source: read only."""

@@ -19,6 +19,7 @@ from s3queue.config import (
     QueueSettings,
     discover_handlers,
 )
+from s3queue.keys import QueueKeys
 from s3queue_cdk.stack import FUNCTIONS_DIR
 from s3queue_cdk.workers import deployed_settings
 
@@ -66,6 +67,13 @@ def test_lifecycle_expires_ids_and_dlq_per_queue(default: Synth) -> None:
     for queue in HANDLERS:
         assert by_prefix[f"s3queue/{queue}/ids/"]["ExpirationInDays"] == 7
         assert by_prefix[f"s3queue/{queue}/dlq/"]["ExpirationInDays"] == 14
+        # A dead letter's payload is expired by the same rule as the dead letter; no rule may
+        # take blobs/, where a waiting message's payload lives (docs/protocol.md).
+        keys = QueueKeys("s3queue", queue)
+        dead = keys.dead(1_700_000_000_000, "m1")
+        expiring = [p for p in by_prefix if p and keys.dead_payload(dead).startswith(p)]
+        assert expiring == [f"s3queue/{queue}/dlq/"]
+        assert not [p for p in by_prefix if p and keys.blob("x").startswith(p)]
     assert by_prefix[None]["AbortIncompleteMultipartUpload"] == {"DaysAfterInitiation": 1}
     # One rule for every queue's idempotency records, not one a queue.
     assert by_prefix["s3queue/_idempotency/"] == {

@@ -303,7 +303,7 @@ class StorageFaults:
         self._fault("PutObject", key, write=False, conditional=False)
         return self.inner.put_file(key, source)
 
-    def copy(self, source: str, dest: str, *, if_match: str, size: int) -> None:
+    def copy(self, source: str, dest: str, *, if_match: str | None, size: int) -> None:
         kind = self._fault("CopyObject", dest, write=True, conditional=False)
         self.inner.copy(source, dest, if_match=if_match, size=size)
         if kind == "lost_response":  # the same bytes copied again

@@ -274,7 +274,7 @@ class Oracle:
     def put_file(self, key: str, source: Source) -> Head:
         return self.inner.put_file(key, source)
 
-    def copy(self, source: str, dest: str, *, if_match: str, size: int) -> None:
+    def copy(self, source: str, dest: str, *, if_match: str | None, size: int) -> None:
         self.inner.copy(source, dest, if_match=if_match, size=size)
 
     def list(self, prefix: str, *, start_after: str | None = None, limit: int = 1000) -> Page:

@@ -172,7 +172,7 @@ class ProcessStorage:
         result: Head = self._call("put", key, lambda: self.inner.put_file(key, source))
         return result
 
-    def copy(self, source: str, dest: str, *, if_match: str, size: int) -> None:
+    def copy(self, source: str, dest: str, *, if_match: str | None, size: int) -> None:
         def run() -> None:
             self.inner.copy(source, dest, if_match=if_match, size=size)
 

@@ -12,7 +12,9 @@ A dead letter, as `dead_letters` returns it (one schema, also ``s3queue dlq list
 (``[{attempt, at, error}]``, ``at`` in epoch ms), ``enqueued_ms``, ``dead_ms``, and ``body``
 with ``body_encoding``: ``"json"`` (the body as enqueued), ``"base64"`` (bytes) or
 ``"payload"`` (``body`` is None and ``payload`` is ``{key, size}``: the stored payload, kept
-in ``blobs/`` while the dead letter lives; ``payload`` is None otherwise).
+beside the dead letter in ``dlq/~payloads/`` and expired with it; ``payload`` is None
+otherwise). A redrive moves the payload back to ``blobs/``; ``purge(include_dlq=True)``
+deletes it with its dead letter.
 """
 
 from __future__ import annotations
@@ -22,9 +24,9 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from s3queue.errors import MalformedMessage, QueueNotFound
+from s3queue.errors import Conflict, MalformedMessage, QueueNotFound
 from s3queue.keys import MsgKey, QueueKeys, new_id
-from s3queue.model import TOMBSTONE, Record, Ticket, encode_records
+from s3queue.model import TOMBSTONE, Payload, Record, Ticket, encode_records
 from s3queue.storage.base import Entry, Storage, new_token
 
 
@@ -130,7 +132,15 @@ def _messages(storage: Storage, keys: QueueKeys) -> Iterator[tuple[Entry, int, i
 
 def count_dead_letters(storage: Storage, keys: QueueKeys) -> int:
     """Dead letters in the DLQ (LISTs only; an empty object is a redriven one's tombstone)."""
-    return sum(1 for e in iter_keys(storage, keys.dlq) if not keys.is_tombstone(e.key, e.size))
+    return sum(1 for e in iter_dead(storage, keys) if not keys.is_tombstone(e.key, e.size))
+
+
+def iter_dead(storage: Storage, keys: QueueKeys, after: str | None = None) -> Iterator[Entry]:
+    """The DLQ's entries after the key `after`, up to its payloads (they sort after them)."""
+    for entry in _iter_after(storage, keys.dlq, after):
+        if keys.is_dead_payload(entry.key):
+            return
+        yield entry
 
 
 def dead_letters(
@@ -138,7 +148,7 @@ def dead_letters(
 ) -> list[dict[str, Any]]:
     """At most `limit` (None: all) dead letters, oldest first, after the DLQ key `after`."""
     entries: list[dict[str, Any]] = []
-    for entry in _iter_after(storage, keys.dlq, after):
+    for entry in iter_dead(storage, keys, after):
         if limit is not None and len(entries) >= limit:
             break
         obj = None if keys.is_tombstone(entry.key, entry.size) else storage.get(entry.key)
@@ -188,9 +198,10 @@ def _iter_after(storage: Storage, prefix: str, after: str | None) -> Iterator[En
 
 
 def redrive(storage: Storage, keys: QueueKeys, now_ms: int) -> int:
-    """Each dead letter becomes a fresh message (attempt 1, errors kept), then is deleted."""
+    """Each dead letter becomes a fresh message (attempt 1, errors kept), then is deleted; its
+    payload goes back to ``blobs/`` (a copy before the message, the delete after)."""
     moved = 0
-    for entry in list(iter_keys(storage, keys.dlq)):
+    for entry in list(iter_dead(storage, keys)):
         obj = None if keys.is_tombstone(entry.key, entry.size) else storage.get(entry.key)
         if obj is None:
             continue
@@ -200,6 +211,10 @@ def redrive(storage: Storage, keys: QueueKeys, now_ms: int) -> int:
         except (ValueError, KeyError, TypeError):
             continue  # left in place: nothing we could re-enqueue faithfully
         record.attempt = 1
+        kept = record.payload.key if record.payload else None
+        moving = kept is not None and keys.is_dead_payload(kept)
+        if moving and not _payload_back(storage, keys, record, now_ms):
+            continue  # its payload expired first: left to the DLQ's lifecycle rule
         group = record.group
         key = MsgKey(now_ms, new_id(now_ms), group) if group else MsgKey(now_ms, new_id(now_ms))
         home = keys.owning(str(doc.get("source", "")))  # back into its partition
@@ -207,8 +222,23 @@ def redrive(storage: Storage, keys: QueueKeys, now_ms: int) -> int:
         # A tombstone, not a delete: a late applier of the commit that wrote this dead letter
         # cannot create it again (apply.py); the DLQ's lifecycle rule removes it.
         storage.put(entry.key, TOMBSTONE, if_match=entry.etag)
+        if moving and kept is not None:
+            storage.delete(kept)
         moved += 1
     return moved
+
+
+def _payload_back(storage: Storage, keys: QueueKeys, record: Record, now_ms: int) -> bool:
+    """Copy a dead letter's payload to a new ``blobs/`` key and point `record` at it; False if
+    the payload is gone. A crash before the message is put leaves an orphan for `orphans`."""
+    assert record.payload is not None
+    blob = keys.blob(new_id(now_ms))
+    try:
+        storage.copy(record.payload.key, blob, if_match=None, size=record.payload.size)
+    except Conflict:
+        return False
+    record.payload = Payload(blob, record.payload.size)
+    return True
 
 
 def purge(storage: Storage, keys: QueueKeys, *, include_dlq: bool = False) -> int:
@@ -223,26 +253,35 @@ def purge(storage: Storage, keys: QueueKeys, *, include_dlq: bool = False) -> in
     purged += _delete_prefix(storage, keys.parts, lambda e: _message_count(keys.owning(e.key), e))
     _delete_prefix(storage, keys.ids, lambda entry: 0)
     if include_dlq:
-        purged += _delete_prefix(storage, keys.dlq, lambda e: _message_count(keys, e))
+        purged += _delete_prefix(storage, keys.dlq, lambda e: _dead_count(keys, e))
     _purge_blobs(storage, keys, include_dlq=include_dlq)
     return purged
 
 
 def _purge_blobs(storage: Storage, keys: QueueKeys, *, include_dlq: bool) -> None:
-    """Delete the stored payloads (payload.py) that no dead letter kept holds; one LIST when
-    there are none, else a GET per dead letter."""
+    """Delete the ``blobs/`` payloads (payload.py) that no dead letter kept holds (one written
+    before dead letters kept theirs in ``dlq/~payloads/``); one LIST when there are none, else a
+    GET per dead letter."""
     if not storage.list(keys.blobs, limit=1).entries:
         return
-    held: set[str] = set()
-    if not include_dlq:
-        for entry in iter_keys(storage, keys.dlq):
-            obj = None if keys.is_tombstone(entry.key, entry.size) else storage.get(entry.key)
-            payload = dead_letter(entry.key, obj.body)["payload"] if obj is not None else None
-            if payload:
-                held.add(payload["key"])
+    held = set() if include_dlq else set(dead_payload_keys(storage, keys))
     doomed = [e.key for e in iter_keys(storage, keys.blobs) if e.key not in held]
     for start in range(0, len(doomed), 1000):
         storage.delete_many(doomed[start : start + 1000])
+
+
+def dead_payload_keys(storage: Storage, keys: QueueKeys) -> Iterator[str]:
+    """The payload key of every dead letter that has one: a GET per dead letter."""
+    for entry in iter_dead(storage, keys):
+        obj = None if keys.is_tombstone(entry.key, entry.size) else storage.get(entry.key)
+        payload = dead_letter(entry.key, obj.body)["payload"] if obj is not None else None
+        if payload and isinstance(payload.get("key"), str):
+            yield payload["key"]
+
+
+def _dead_count(keys: QueueKeys, entry: Entry) -> int:
+    """1 for a dead letter; 0 for a tombstone or a dead letter's payload."""
+    return 0 if keys.is_dead_payload(entry.key) else _message_count(keys, entry)
 
 
 def _message_count(keys: QueueKeys, entry: Entry) -> int:

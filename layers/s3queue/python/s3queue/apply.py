@@ -179,12 +179,10 @@ def _apply_ref(
     for index, stored in enumerate(records):
         outcome = kinds.get(stored.id)
         delivered = stored.attempt + ref.counted(index)
-        record = stored
-        if outcome is not None and outcome.kind in ("done", "skip"):
-            if stored.payload is not None and stored.payload.key.startswith(keys.blobs):
-                finished.append(stored.payload.key)
-        else:
-            record = _keep_payload(storage, keys, ref, stored)
+        record = _placed(storage, keys, ref, stored, outcome)
+        gone = outcome is not None and outcome.kind in ("done", "skip", "dead")
+        if gone and stored.payload is not None and stored.payload.key.startswith(keys.blobs):
+            finished.append(stored.payload.key)  # a dead letter has its own copy by now
         if outcome is None or outcome.kind == "release":
             again = record.redelivered or ticket.generation > 0
             released.append(_with(record, attempt=delivered, redelivered=again))
@@ -195,10 +193,43 @@ def _apply_ref(
     return finished
 
 
+def _placed(
+    storage: Storage, keys: QueueKeys, ref: Ref, record: Record, outcome: Outcome | None
+) -> Record:
+    """`record` with its payload where its next home needs it (payload.py)."""
+    if outcome is not None and outcome.kind in ("done", "skip"):
+        return record
+    if outcome is not None and outcome.kind == "dead":
+        return _dead_payload(storage, keys, ref, record, keys.dead(outcome.at_ms, record.id))
+    return _keep_payload(storage, keys, ref, record)
+
+
+def _dead_payload(
+    storage: Storage, keys: QueueKeys, ref: Ref, record: Record, dead_key: str
+) -> Record:
+    """A dead letter's payload is copied server-side beside it, under ``dlq/``, so the DLQ's
+    lifecycle rule expires the two together; the caller deletes a ``blobs/`` original once
+    the dead letter exists."""
+    payload = record.payload
+    if payload is None:
+        return record
+    if payload.key == ref.key:  # a large inbox object: the version that was read
+        version: str | None = payload.etag or ref.etag
+    elif payload.key.startswith(keys.blobs):  # written once: any version is the one
+        version = None
+    else:
+        return record
+    kept = keys.dead_payload(dead_key)
+    # Conflict: the source is gone, deleted by an earlier apply that made this same copy.
+    with contextlib.suppress(Conflict):
+        storage.copy(payload.key, kept, if_match=version, size=payload.size)
+    return _with(record, payload=Payload(kept, payload.size).to_json())
+
+
 def _keep_payload(storage: Storage, keys: QueueKeys, ref: Ref, record: Record) -> Record:
     """A large inbox object is its message's payload, and is retired with the ticket: a
-    message that stays (retry, dead letter, release) gets a server-side copy in ``blobs/``
-    first, and its record points there (payload.py)."""
+    message that stays (retry, release) gets a server-side copy in ``blobs/`` first, and its
+    record points there (payload.py); a dead letter's goes to ``dlq/`` (`_dead_payload`)."""
     payload = record.payload
     if payload is None or payload.key != ref.key:
         return record

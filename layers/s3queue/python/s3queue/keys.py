@@ -3,6 +3,7 @@
     <prefix>/<queue>/blobs/<name>                payloads of messages too large to inline
     <prefix>/<queue>/coordinator                 leader lease
     <prefix>/<queue>/dlq/<dead_ms>-<id>          dead letters
+    <prefix>/<queue>/dlq/~payloads/<dead_ms>-<id>    ... their payloads (after every dead letter)
     <prefix>/<queue>/ids/<id>                    explicit-id dedup markers
     <prefix>/<queue>/inbox/<any name>            messages put by other services
     <prefix>/<queue>/inbox/<partition>/<name>    ... into a partition
@@ -290,6 +291,19 @@ class QueueKeys:
 
     def dead(self, dead_ms: int, message_id: str) -> str:
         return self.dlq + f"{dead_ms:013d}-{message_id}"
+
+    @property
+    def dead_payloads(self) -> str:
+        """Dead letters' payloads: under ``dlq/`` so the DLQ's lifecycle rule expires them with
+        their dead letters; ``~`` sorts after every dead letter's name (digits)."""
+        return self.dlq + "~payloads/"
+
+    def dead_payload(self, dead_key: str) -> str:
+        """The payload key of the dead letter at `dead_key`."""
+        return self.dead_payloads + dead_key[len(self.dlq) :]
+
+    def is_dead_payload(self, key: str) -> bool:
+        return key.startswith(self.dead_payloads)
 
     @property
     def blobs(self) -> str:

@@ -9,13 +9,17 @@ of a 2 GiB message costs what a retry of a small one does. Where payloads live:
 - ``blobs/<id>``: uploaded by `enqueue_file` (multipart above 8 MiB) before its record is put;
 - ``inbox/<name>``: a large PUT by another service is read in place on its first delivery. The
   inbox object is retired when its ticket is applied, so the first apply that keeps the message
-  (retry, dead letter, release) first copies it server-side to ``blobs/<id>.<etag>`` (one
-  CopyObject, no byte through the worker) and the record points there from then on.
+  (retry, release) first copies it server-side to ``blobs/<id>.<etag>`` (one CopyObject, no
+  byte through the worker) and the record points there from then on; a dead letter's is
+  copied to ``dlq/`` instead (below).
 
 A payload in ``blobs/`` is deleted when its message is done (after the commit, before its
 record is retired, so a crash in between leaves the record to a re-apply that deletes it
-again); a dead letter keeps it, a redrive hands it to the new message, ``purge`` deletes those no
-dead letter holds.
+again). A dead letter gets its own copy in ``dlq/~payloads/<name of the dead letter>`` (one
+CopyObject, then the ``blobs/`` original is deleted), which the DLQ's lifecycle rule expires with
+it; a redrive copies it back to a new ``blobs/`` key, and ``purge`` deletes what no record holds.
+A payload that no record will ever refer to (its producer died between the upload and its
+record's PUT) is found and deleted by `orphans.collect_orphans` (``s3queue gc``).
 """
 
 from __future__ import annotations

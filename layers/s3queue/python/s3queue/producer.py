@@ -26,6 +26,7 @@ from s3queue.keys import (
     new_id,
 )
 from s3queue.model import Payload, Record, record_for
+from s3queue.orphans import Orphans, collect_orphans
 from s3queue.payload import INLINE_BYTES, source_size
 from s3queue.storage.base import Storage
 from s3queue.storage.streams import Chained, Source
@@ -285,6 +286,15 @@ class Queue:
     def purge(self, *, include_dlq: bool = False) -> int:
         """Delete every pending message (and the DLQ if asked); how many messages went."""
         return admin.purge(self.storage, self.keys, include_dlq=include_dlq)
+
+    def collect_orphans(
+        self, *, grace: timedelta = timedelta(days=7), dry_run: bool = False
+    ) -> Orphans:
+        """Delete the stored payloads older than `grace` that no record refers to (a producer
+        died between its upload and its record); a scan of the queue's records (`orphans`)."""
+        grace_ms = int(grace.total_seconds() * 1000)
+        now = self.clock.now_ms()
+        return collect_orphans(self.storage, self.keys, now, grace_ms=grace_ms, dry_run=dry_run)
 
     def delete(self) -> int:
         """Delete the queue: every object under its prefix."""

@@ -113,7 +113,8 @@ class Gauges:
             values[metric_names.PENDING] = pending
             values[metric_names.OLDEST_MESSAGE_AGE] = age
         page = coordinator.storage.list(coordinator.keys.dlq)
-        values[metric_names.DEAD_LETTERS] = len(page.entries)
+        dead = [e for e in page.entries if not coordinator.keys.is_dead_payload(e.key)]
+        values[metric_names.DEAD_LETTERS] = len(dead)
         self.publish(queue, values)
 
     def idle(self, coordinator: Coordinator) -> None:

@@ -98,6 +98,16 @@ def _count(text: str) -> int:
     return int(text)
 
 
+def _hours(text: str) -> float:
+    try:
+        hours = float(text)
+    except ValueError:
+        hours = -1.0
+    if not 0 <= hours <= 1e9:
+        raise argparse.ArgumentTypeError(f"expected hours >= 0, got {text!r}")
+    return hours
+
+
 def _port(text: str) -> int:
     # SeaweedFS also binds the port + 10000 (gRPC).
     if not text.isdigit() or not 1024 <= int(text) <= 65535 - 10000:
@@ -255,6 +265,16 @@ def _queue_commands(add: Add) -> None:
     purge = add("purge", commands.cmd_purge, "delete every pending and delayed message")
     purge.add_argument("queue", help=queue_help)
     purge.add_argument("--include-dlq", action="store_true", help="empty the DLQ too")
+    gc = add("gc", commands.cmd_gc, "delete stored payloads that no message refers to any more")
+    gc.add_argument("queue", help=queue_help)
+    gc.add_argument(
+        "--grace-hours",
+        type=_hours,
+        default=7 * 24.0,
+        metavar="H",
+        help="only payloads older than this: longer than any upload takes (default 168)",
+    )
+    gc.add_argument("--dry-run", action="store_true", help="list the orphans, delete nothing")
     delete = add("delete", commands.cmd_delete, "delete a queue: every object under its prefix")
     delete.add_argument("queue", help=queue_help)
 

@@ -1,10 +1,11 @@
-"""The queue commands of ``s3queue``: enqueue, stats, dlq list / redrive, purge, delete."""
+"""The queue commands of ``s3queue``: enqueue, stats, dlq list / redrive, purge, gc, delete."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import sys
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -140,6 +141,20 @@ def cmd_purge(args: argparse.Namespace) -> int:
     count = conn.queue(check_queue_name(args.queue)).purge(include_dlq=args.include_dlq)
     what = "messages and dead letters" if args.include_dlq else "messages"
     print(f"purged {count} {what} of {args.queue}")
+    return 0
+
+
+def cmd_gc(args: argparse.Namespace) -> int:
+    conn = Connection.open(args)
+    queue = existing_queue(conn, args.queue)
+    found = queue.collect_orphans(grace=timedelta(hours=args.grace_hours), dry_run=args.dry_run)
+    for key in found.orphans if args.dry_run else ():
+        print(key)
+    verb = "deleted" if found.deleted else "found"
+    print(
+        f"{verb} {len(found.orphans)} orphaned payloads of {queue.name} "
+        f"({found.suspects} older than {args.grace_hours:g} h)"
+    )
     return 0
 
 

@@ -108,10 +108,10 @@ class Storage(Protocol):
         (multipart above a threshold): unconditional, for keys nobody else writes. Its head."""
         ...
 
-    def copy(self, source: str, dest: str, *, if_match: str, size: int) -> None:
-        """Server-side copy of `source`, if still at version `if_match`, to `dest` (overwritten;
-        `size` picks one CopyObject or a multipart copy); `Conflict` if the source is gone or
-        another version. No byte passes through this process."""
+    def copy(self, source: str, dest: str, *, if_match: str | None, size: int) -> None:
+        """Server-side copy of `source`, if still at version `if_match` (None: any), to `dest`
+        (overwritten; `size` picks one CopyObject or a multipart copy); `Conflict` if the source
+        is gone or another version. No byte passes through this process."""
         ...
 
     def delete_many(self, keys: Iterable[str]) -> None:

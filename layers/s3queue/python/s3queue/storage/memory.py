@@ -128,10 +128,10 @@ class MemoryStorage:
         assert head is not None
         return head
 
-    def copy(self, source: str, dest: str, *, if_match: str, size: int) -> None:
+    def copy(self, source: str, dest: str, *, if_match: str | None, size: int) -> None:
         with self._lock:
             stored = self._objects.get(source)
-            if stored is None or stored.etag != if_match:
+            if stored is None or if_match not in (None, stored.etag):
                 raise Conflict(f"copy source {source} is gone or changed")
         self.put(dest, stored.body)
 

@@ -299,17 +299,14 @@ class S3Storage:
             raise StorageError(f"s3://{self.bucket}/{key} is missing right after its upload")
         return head
 
-    def copy(self, source: str, dest: str, *, if_match: str, size: int) -> None:
+    def copy(self, source: str, dest: str, *, if_match: str | None, size: int) -> None:
         """One CopyObject up to 5 GiB, a managed multipart copy above (UploadPartCopy)."""
-        condition = f'"{if_match}"'
+        extra = {"CopySourceIfMatch": f'"{if_match}"'} if if_match is not None else {}
         origin = {"Bucket": self.bucket, "Key": source}
         try:
             if size <= self._copy_limit:
-                self._call(
-                    "copy_object", dest, Key=dest, CopySource=origin, CopySourceIfMatch=condition
-                )
+                self._call("copy_object", dest, Key=dest, CopySource=origin, **extra)
                 return
-            extra = {"CopySourceIfMatch": condition}
             self._client.copy(origin, self.bucket, dest, ExtraArgs=extra, Config=self._transfer)
         except _Missing as exc:
             raise Conflict(f"copy source {source} is gone") from exc
