@@ -214,6 +214,7 @@ class World:
                 (self.kernel.now, r.dispatched, r.live_tickets, r.waiting)
             ),
             hot={q for q in hot if q in self.queues},
+            run_all=self.kernel.run_all,  # the queues' ticks overlap, as the function's threads
         )
 
     # -- triggers --------------------------------------------------------------------------

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from s3queue import metric_names
 from s3queue.clock import FakeClock
+from s3queue.concurrency import Threads, in_order
 from s3queue.config import QueueSettings
 from s3queue.coordinator import Coordinator
 from s3queue.errors import BucketNotFound, EndpointUnreachable, StorageError
@@ -147,6 +148,39 @@ def test_a_hot_queue_is_ticked_at_once_without_a_probe() -> None:
     assert result.dispatched == 1 and ticked[0] == "emails"
     assert result.probes == 1  # only "reports" was probed before the first tick
     assert system.kinds("dispatch")[0].at_ms == system.kinds("takeover")[0].at_ms
+
+
+@pytest.mark.parametrize("threads", [False, True])
+def test_queues_due_together_are_stepped_at_once(threads: bool) -> None:
+    """The coordinator Lambda steps its queues on threads: each queue is served as alone,
+    and the run's counters add up."""
+    names = [f"q{i}" for i in range(6)]
+    system = System(*names)
+    for name in names:
+        for i in range(7):
+            system.queues[name].enqueue(f"{name}-{i}")
+    calls: list[int] = []
+    lock = threading.Lock()
+
+    def work() -> None:
+        with lock:  # the test's workers share one list of invocations
+            system.work()
+
+    def run_all(jobs: list[Callable[[], Any]]) -> list[Any]:
+        calls.append(len(jobs))
+        return Threads(len(jobs), "test")(jobs) if threads else in_order(jobs[::-1])
+
+    result = serve(
+        system.coordinators(),
+        remaining_ms=system.deadline(60),
+        clock=system.clock,
+        settings=ServeSettings(linger=1.0),
+        run_all=run_all,
+        on_tick=lambda _q, _r: work(),
+    )
+    assert max(calls) == len(names)  # every queue due at the start was stepped at once
+    assert result.led == set(names) and result.dispatched == 7 * len(names)
+    assert sorted(system.handled) == sorted(f"{n}-{i}" for n in names for i in range(7))
 
 
 def test_serves_until_empty_then_lingers_and_releases() -> None:

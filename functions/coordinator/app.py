@@ -58,6 +58,8 @@ class Container:
     """The threads that publish a tick's tickets at once, shared by every run of the container."""
     paces: dict[str, Pace]
     """How fast each queue's tickets finish (sizing.py), kept from run to run."""
+    stepper: Threads
+    """The threads that step the queues due at the same time at once (one per queue)."""
 
 
 @functools.cache
@@ -73,6 +75,7 @@ def container() -> Container:
         gauges=Gauges(publish, CLOCK),
         publisher=Threads(CoordinatorSettings().publish_concurrency, "s3queue-publish"),
         paces={queue: Pace() for queue in env.queues.settings},
+        stepper=Threads(len(env.queues.settings), "s3queue-queues"),
     )
 
 
@@ -127,6 +130,7 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
         clock=CLOCK,
         gauges=app.gauges,
         hot=hot_queues(event, app.env.prefix) & app.settings.keys(),
+        run_all=app.stepper,
     )
     summary = result.to_dict()
     logger.info("coordinator run ended", **summary)

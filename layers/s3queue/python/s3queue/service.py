@@ -9,6 +9,10 @@ Cost and latency:
   or in flight (enqueue-to-start latency is about one interval). Once a tick finds nothing left
   it goes back to probes, with a doubling backoff, keeping its lease; idle for
   ``release_after``, it hands the lease back.
+- Queues due at the same time are stepped at once when the caller gives a `RunAll` (the
+  coordinator Lambda: a thread per queue), so one function serves many queues without their
+  ticks adding up; each queue's coordinator has its own state, and only the run's counters
+  are shared (under a lock).
 - Another coordinator leading a queue (two runs started together) is no error: this run asks
   again every ``follow_interval`` and takes over when the leader releases or lapses.
 
@@ -26,10 +30,12 @@ import logging
 import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, Literal
 
 from s3queue import metric_names
 from s3queue.clock import Clock, ms
+from s3queue.concurrency import RunAll, settled
 from s3queue.coordinator import Coordinator, TickResult
 from s3queue.errors import AccessDenied, BucketNotFound, StorageError
 
@@ -158,7 +164,11 @@ class _Run:
         gauges: Gauges | None,
         on_tick: OnTick | None,
         hot: frozenset[str] = frozenset(),
+        run_all: RunAll | None = None,
     ) -> None:
+        self.run_all = run_all
+        self._lock = threading.Lock()
+        """Guards the run's counters when queues are stepped at once (`run_all`)."""
         self.slots = [
             _Slot(c, mode="tick" if c.keys.queue in hot else "probe") for c in coordinators
         ]
@@ -169,9 +179,12 @@ class _Run:
 
     def step_due(self) -> None:
         now = self.clock.now_ms()
-        for slot in self.slots:
-            if slot.due_ms <= now:
+        due = [slot for slot in self.slots if slot.due_ms <= now]
+        if self.run_all is None or len(due) < 2:
+            for slot in due:
                 self._step(slot)
+        else:  # each queue's coordinator has its own state: only the counters are shared
+            settled(self.run_all, [partial(self._step, slot) for slot in due])
 
     def _step(self, slot: _Slot) -> None:
         try:
@@ -181,13 +194,15 @@ class _Run:
         except FATAL:
             raise
         except StorageError as exc:  # S3 trouble on one queue: the others go on, this one waits
-            self.result.errors += 1
-            self.last_error = exc
+            with self._lock:
+                self.result.errors += 1
+                self.last_error = exc
             log.warning("queue %s: %s", slot.queue, exc, extra={"queue": slot.queue})
             self._quiet(slot, self.clock.now_ms())
 
     def _probe(self, slot: _Slot) -> bool:
-        self.result.probes += 1
+        with self._lock:
+            self.result.probes += 1
         if slot.coordinator.probe():
             slot.mode = "tick"
             return True
@@ -202,16 +217,18 @@ class _Run:
     def _tick(self, slot: _Slot) -> None:
         result = slot.coordinator.tick()
         now = self.clock.now_ms()
-        self.result.ticks += 1
+        with self._lock:
+            self.result.ticks += 1
+            if result.leader:
+                self.result.led.add(slot.queue)
+                self.result.dispatched += result.dispatched
+                self.result.reaped += result.reaped
         if self.on_tick is not None:
             self.on_tick(slot.queue, result)
         if not result.leader:
             slot.due_ms = now + ms(self.settings.follow_interval)
             slot.quiet_since_ms = slot.quiet_since_ms or now
             return
-        self.result.led.add(slot.queue)
-        self.result.dispatched += result.dispatched
-        self.result.reaped += result.reaped
         if self.gauges is not None:
             self.gauges.observe(slot.coordinator, result)
         if not result.idle:
@@ -269,12 +286,14 @@ def serve(
     stop: threading.Event | None = None,
     on_tick: OnTick | None = None,
     hot: Iterable[str] = (),
+    run_all: RunAll | None = None,
 ) -> ServeResult:
     """Serve every queue until time runs short, `stop` is set, or all are quiet (see module).
     The `hot` queues are known to have work (an S3 event named them): ticked at once, with no
-    probe first."""
+    probe first. `run_all` steps the queues that are due at the same time at once (the
+    coordinator Lambda: threads, one per queue); None: one after another."""
     s = settings or ServeSettings()
-    run = _Run(coordinators, clock, s, gauges, on_tick, frozenset(hot))
+    run = _Run(coordinators, clock, s, gauges, on_tick, frozenset(hot), run_all)
     if not run.slots:
         run.result.reason = "idle"
         return run.result
