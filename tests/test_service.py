@@ -19,6 +19,7 @@ from s3queue.errors import BucketNotFound, EndpointUnreachable, StorageError
 from s3queue.events import Event
 from s3queue.lease import read_lease
 from s3queue.model import Message
+from s3queue.names import queue_of_key
 from s3queue.producer import Queue
 from s3queue.service import Gauges, ServeSettings, serve
 from s3queue.storage import MemoryStorage
@@ -491,3 +492,13 @@ def test_gauges_at_most_once_a_minute_per_queue() -> None:
     assert len(published) == 2 and published[1][metric_names.PENDING] == 3
     # The DLQ is counted with one LIST per publication, never per tick.
     assert [p for p in system.storage.listed if p.endswith("/dlq/")] == ["s3queue/emails/dlq/"] * 2
+
+
+def test_the_queue_an_object_created_event_names() -> None:
+    """Low-latency mode: the coordinator ticks the queue an S3 event names, without a probe."""
+    assert queue_of_key("s3queue", "s3queue/emails/msg/1700-abc") == "emails"
+    assert queue_of_key("s3queue", "s3queue/emails/inbox/p1/x.json") == "emails"
+    assert queue_of_key("s3queue", "s3queue/emails/parts/p1/1700-abc") == "emails"
+    assert queue_of_key("team/q", "team/q/emails/msg/1700-abc") == "emails"
+    for other in ("s3queue/emails/dlq/x", "s3queue/emails/tickets/1-2", "other/emails/msg/x", "x"):
+        assert queue_of_key("s3queue", other) is None

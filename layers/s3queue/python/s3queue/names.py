@@ -45,9 +45,11 @@ def queue_root(prefix: str, queue: str) -> str:
 def queue_of_key(prefix: str, key: str) -> str | None:
     """The queue a message key under ``msg/``, ``parts/`` or ``inbox/`` belongs to (what an S3
     Object Created event names), or None."""
-    head, sep, rest = key.partition("/")
-    queue, _, segment = rest.partition("/")
-    if head != prefix or not sep or not QUEUE_NAME.match(queue):
+    root = f"{prefix}/"
+    if not key.startswith(root):
+        return None
+    queue, _, segment = key[len(root) :].partition("/")
+    if not QUEUE_NAME.match(queue):
         return None
     return queue if segment.startswith((MSG, INBOX, "parts/")) else None
 
