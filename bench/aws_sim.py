@@ -38,7 +38,6 @@ from bench.simworld import PREFIX, World, WorldConfig
 from bench.target import Target
 
 PACK = 100
-DRAIN_S = 120.0
 
 
 @dataclass(frozen=True)
@@ -222,12 +221,7 @@ def steady(
     seconds = plan.aws_sim_warmup + plan.aws_sim_steady
     world.produce(calls_per_s=rate / pack, pack=pack, start_s=0, end_s=seconds)
     try:
-        world.run_until(seconds)
-        elapsed = seconds
-        while len(world.tracker.starts_ms) < world.enqueued and elapsed < seconds + DRAIN_S:
-            elapsed += 1.0
-            world.run_until(elapsed)
-        world.run_until(elapsed + 2.0)  # the last tickets applied
+        world.drain(seconds)
         messages = len(world.tracker.starts_ms)
         return {
             "offered_per_s": round(rate, 1),

@@ -33,8 +33,6 @@ from bench.simaws import AWS, Model
 from bench.sims3 import sim_storage
 from bench.simworld import PREFIX, World, WorldConfig
 
-DRAIN_S = 120.0
-
 
 @dataclass(frozen=True)
 class Load:
@@ -101,18 +99,13 @@ def produce(world: World, load: Load, calls: Calls) -> None:
 
 
 def run(load: Load, model: Model, settings: QueueSettings) -> dict[str, Any]:
-    """Offer the load, then drain until every message started (at most `DRAIN_S` more)."""
+    """Offer the load, then drain until every message started (`World.drain`)."""
     world = World(WorldConfig(settings=settings), model)
     calls = Calls([])
     produce(world, load, calls)
     end = load.warmup_s + load.seconds
     try:
-        world.run_until(end)
-        elapsed = end
-        while len(world.tracker.starts_ms) < world.enqueued and elapsed < end + DRAIN_S:
-            elapsed += 1.0
-            world.run_until(elapsed)
-        world.run_until(elapsed + 2.0)  # the last tickets applied
+        elapsed = world.drain(end)
         messages = len(world.tracker.starts_ms)
         since = world.kernel.start_ms + load.warmup_s * 1000
         durable = [ms for at, ms in calls.call_ms if at >= since]

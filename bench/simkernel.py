@@ -2,8 +2,9 @@
 
 Every simulated process (a producer, a coordinator or worker invocation) is an *actor*: a
 thread that runs the real s3queue code until that code waits — an S3 request, an invoke, a
-`Clock.sleep`, a `SimClock.condition` (group commit's window) — and then hands the baton to the actor or timer due next. Only one thread ever
-runs, so the order of events is the order of virtual time, and waiting costs no wall time::
+`Clock.sleep`, a `SimClock.condition` (group commit's waits) — and then hands the baton to the
+actor or timer due next. Only one thread ever runs, so the order of events is the order of
+virtual time, and waiting costs no wall time::
 
     kernel heap   (t=30 ms, producer-1) (t=42, coordinator) (t=55, timer: deliver event)
     coordinator   ... LIST (wait 50 ms) ------------------------------> resumes at t=92
