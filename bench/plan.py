@@ -117,7 +117,7 @@ QUICK = replace(
     aws_sim_variants=("concurrency=32",),
     aws_sim_overload_seconds=8.0,
     aws_sim_idle_messages=8,
-    aws_sim_gc_windows=(0.05,),
+    aws_sim_gc_windows=(0.1,),
     aws_sim_gc_seconds=10.0,
 )
 SMOKE = replace(

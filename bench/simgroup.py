@@ -3,10 +3,10 @@
 One producer process holds `callers` request threads (actors here) that share one
 ``queue.batching(window=...)``; together they offer `offered_per_s` single `enqueue` calls a
 second, open loop (a caller whose next call is due while its last one still waits for its
-object calls as soon as it returns, so the callers bound what is offered). The queue is
-deployed with the stack's defaults and drains until every message started. The batcher's waits
-(its window, each caller's wait for its object) pass in virtual time: the simulated clock offers
-`SimClock.condition`, which `s3queue.batching` waits on.
+object calls as soon as it returns, so the callers bound what is offered; none calls after the
+load's end). The queue is deployed with the stack's defaults and drains until every message
+started. The batcher's waits (its window, each caller's wait for its object) pass in virtual
+time: the simulated clock offers `SimClock.condition`, which `s3queue.batching` waits on.
 
 Reported: durable messages a second, messages per object, the `enqueue` call's latency (call to
 return: its object acknowledged), enqueue to handler start, S3 requests per message by kind and
@@ -71,13 +71,14 @@ def produce(world: World, load: Load, calls: Calls) -> None:
         listener=calls,
     )
     batch = queue.batching(window=load.window_s)
-    kernel, end_s = world.kernel, load.warmup_s + load.seconds
+    kernel = world.kernel
+    end_ms = kernel.start_ms + (load.warmup_s + load.seconds) * 1000
 
     def caller(n: int) -> None:
         for k in itertools.count():
             due = kernel.start_ms + (k * load.callers + n) / load.offered_per_s * 1000
-            if due >= kernel.start_ms + end_s * 1000:
-                return
+            if due >= end_ms or kernel.local_ms() >= end_ms:  # a caller behind its schedule
+                return  # offers nothing after the load's end: the drain is the queue's alone
             if due > kernel.local_ms():
                 kernel.wait(due - kernel.local_ms(), "schedule")
             start = kernel.local_ms()

@@ -369,10 +369,12 @@ def test_group_commit_run_reports_consistent_figures() -> None:
     load = Load(callers=16, window_s=0.05, offered_per_s=200.0, warmup_s=1.0, seconds=2.0)
     # WHEN it runs on the simulated region and drains
     result = simgroup.run(load, AWS, QueueSettings())
-    # THEN every message was enqueued and started, objects carried more than one message each,
-    # and the requests by kind and by role add up to the total
+    # THEN every message enqueued (at most the 600 offered: callers behind their schedule
+    # offer less) started, objects carried more than one message each, and the requests by
+    # kind and by role add up to the total
     assert result["errors"] == [] and result["enqueue_failures"] == 0
-    assert result["started"] == result["enqueued"] == result["messages"] == 600
+    assert 0 < result["started"] == result["enqueued"] == result["messages"] <= 600
+    assert result["objects"] < result["enqueued"]
     assert result["messages_per_object"] > 1
     assert result["per_message_by_role"]["producer"] == pytest.approx(
         result["objects"] / result["messages"], abs=1e-4
