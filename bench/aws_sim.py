@@ -16,7 +16,8 @@ them (``batch_size`` 10, worker concurrency 8, so at most 8 tickets in flight):
   handler start p50/p99, S3 requests per message by kind, $ per million messages;
 - after idle: messages far apart (each after an idle spell), scheduled coordinator vs
   low-latency mode (S3 Object Created events start it too): enqueue-to-start, and what the
-  low-latency mode costs more per message.
+  low-latency mode costs more per message;
+- group commit: many callers of single `enqueue` through one `Queue.batching()` (simgroup.py).
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from typing import Any
 from s3queue.config import QueueSettings
 from s3queue.producer import Queue
 
-from bench import simmeasure
+from bench import simgroup, simmeasure
 from bench.plan import Plan
 from bench.progress import Progress
 from bench.simaws import AWS, Model
@@ -37,7 +38,6 @@ from bench.simworld import PREFIX, World, WorldConfig
 from bench.target import Target
 
 PACK = 100
-DRAIN_S = 120.0
 
 
 @dataclass(frozen=True)
@@ -77,7 +77,7 @@ def run(target: Target, plan: Plan, progress: Progress) -> dict[str, Any]:
         replace(AWS, cpu_scale=plan.aws_sim_cpu_scale),
         settings_from(plan.aws_sim_settings),
     )
-    steps = 2 * (1 + len(plan.aws_sim_queues)) + 4 + len(plan.aws_sim_variants)
+    steps = 2 * (1 + len(plan.aws_sim_queues)) + 5 + len(plan.aws_sim_variants)
     done = 0
 
     def step(what: str) -> None:
@@ -140,6 +140,16 @@ def run(target: Target, plan: Plan, progress: Progress) -> dict[str, Any]:
         step(f"variant {variant}")
     out["overload"] = overload(plan, model, settings)
     step("overload")
+    timing = (plan.aws_sim_warmup, plan.aws_sim_gc_seconds)
+    out["group_commit"] = simgroup.runs(
+        plan.aws_sim_gc_callers,
+        plan.aws_sim_gc_windows,
+        plan.aws_sim_gc_offered,
+        timing,
+        model,
+        settings,
+    )
+    step("group commit")
     out["sqs_usd_per_million"] = model.prices.sqs_per_million_messages
     return out
 
@@ -163,6 +173,12 @@ def _params(plan: Plan, model: Model, settings: QueueSettings) -> dict[str, Any]
         "variants": list(plan.aws_sim_variants),
         "idle_messages": plan.aws_sim_idle_messages,
         "idle_gap_s": plan.aws_sim_idle_gap,
+        "group_commit": {
+            "offered_per_s": plan.aws_sim_gc_offered,
+            "callers": list(plan.aws_sim_gc_callers),
+            "windows_s": list(plan.aws_sim_gc_windows),
+            "seconds": plan.aws_sim_gc_seconds,
+        },
     }
 
 
@@ -215,12 +231,7 @@ def steady(
     seconds = plan.aws_sim_warmup + plan.aws_sim_steady
     world.produce(calls_per_s=rate / pack, pack=pack, start_s=0, end_s=seconds)
     try:
-        world.run_until(seconds)
-        elapsed = seconds
-        while len(world.tracker.starts_ms) < world.enqueued and elapsed < seconds + DRAIN_S:
-            elapsed += 1.0
-            world.run_until(elapsed)
-        world.run_until(elapsed + 2.0)  # the last tickets applied
+        world.drain(seconds)
         messages = len(world.tracker.starts_ms)
         return {
             "offered_per_s": round(rate, 1),

@@ -88,6 +88,14 @@ class Plan:
     aws_sim_idle_messages: int = 60
     aws_sim_idle_gap: float = 150.0
     """Virtual seconds between two messages after idle (the coordinator run ends in between)."""
+    aws_sim_gc_offered: float = 2_000.0
+    """Single `enqueue`s a second offered through one `Queue.batching()` (group commit)."""
+    aws_sim_gc_callers: tuple[int, ...] = (64, 256)
+    """Concurrent callers sharing the batcher: one run per (callers, window)."""
+    aws_sim_gc_windows: tuple[float, ...] = (0.02, 0.05, 0.1)
+    """The batcher's window, seconds."""
+    aws_sim_gc_seconds: float = 20.0
+    """Virtual seconds of offered load after the warm-up; then the queue drains."""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -117,6 +125,8 @@ QUICK = replace(
     aws_sim_packed_variant_seconds=2.0,
     aws_sim_overload_seconds=8.0,
     aws_sim_idle_messages=8,
+    aws_sim_gc_windows=(0.1,),
+    aws_sim_gc_seconds=10.0,
 )
 SMOKE = replace(
     QUICK,
@@ -151,4 +161,7 @@ SMOKE = replace(
     aws_sim_overload_seconds=1.5,
     aws_sim_idle_messages=2,
     aws_sim_idle_gap=90.0,
+    aws_sim_gc_offered=200.0,
+    aws_sim_gc_callers=(16,),
+    aws_sim_gc_seconds=2.0,
 )

@@ -99,6 +99,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument(
         "--sim-cpu-scale", type=float, help="aws_sim: virtual s per CPU s of the code (1.0)"
     )
+    parser.add_argument(
+        "--sim-group",
+        help="aws_sim group commit: callers;windows s;offered msg/s (64,256;0.02,0.05,0.1;2000)",
+    )
     return parser.parse_args(argv)
 
 
@@ -131,6 +135,14 @@ def _sim_plan(plan: Plan, args: argparse.Namespace) -> Plan:
     if args.sim_variants is not None:
         variants = tuple(v.strip() for v in args.sim_variants.split(";") if v.strip())
         plan = replace(plan, aws_sim_variants=variants)
+    if args.sim_group:
+        callers, windows, offered = args.sim_group.split(";")
+        plan = replace(
+            plan,
+            aws_sim_gc_callers=_ints(callers),
+            aws_sim_gc_windows=tuple(float(w) for w in windows.split(",")),
+            aws_sim_gc_offered=float(offered),
+        )
     return plan
 
 

@@ -2,8 +2,9 @@
 
 Every simulated process (a producer, a coordinator or worker invocation) is an *actor*: a
 thread that runs the real s3queue code until that code waits — an S3 request, an invoke, a
-`Clock.sleep` — and then hands the baton to the actor or timer due next. Only one thread ever
-runs, so the order of events is the order of virtual time, and waiting costs no wall time::
+`Clock.sleep`, a `SimClock.condition` (group commit's waits) — and then hands the baton to the
+actor or timer due next. Only one thread ever runs, so the order of events is the order of
+virtual time, and waiting costs no wall time::
 
     kernel heap   (t=30 ms, producer-1) (t=42, coordinator) (t=55, timer: deliver event)
     coordinator   ... LIST (wait 50 ms) ------------------------------> resumes at t=92
@@ -68,6 +69,8 @@ class Kernel:
         self._local = threading.local()
         self._main = threading.Semaphore(0)
         self._threads: list[threading.Thread] = []
+        self._parked: dict[Actor, int] = {}
+        """Actors waiting for `unpark` (or their timeout): the token of their current park."""
 
     # -- time as the running actor sees it ------------------------------------------------
 
@@ -92,6 +95,29 @@ class Kernel:
         me.waited_ms[cause] += max(ms, 0.0)
         self._push(local + max(ms, 0.0), me)
         self._switch(me)
+
+    def park(self, timeout_ms: float | None, cause: str) -> None:
+        """Block the calling actor until `unpark`, or until `timeout_ms` of virtual time passed."""
+        me = self._require()
+        local = self.local_ms()
+        me.cpu_ms += local - self.now
+        token = next(self._seq)
+        self._parked[me] = token
+        if timeout_ms is not None:
+            self._push(local + max(timeout_ms, 0.0), lambda: self._wake(me, token))
+        self._switch(me)
+        me.waited_ms[cause] += self.now - local
+
+    def unpark(self, actor: Actor) -> None:
+        """Let a parked actor run on, at the caller's time (a no-op if it is not parked)."""
+        if self._parked.pop(actor, None) is not None:
+            self._push(self.local_ms(), actor)
+
+    def _wake(self, actor: Actor, token: int) -> None:
+        """A park's timeout: wake `actor` if it is still in that park."""
+        if self._parked.get(actor) == token:
+            del self._parked[actor]
+            self._push(self.now, actor)
 
     def _require(self) -> Actor:
         me = self.actor()
@@ -186,7 +212,10 @@ class Kernel:
         for _, _, item in self._heap:
             if isinstance(item, Actor):
                 item.baton.release()
+        for actor in self._parked:
+            actor.baton.release()
         self._heap.clear()
+        self._parked.clear()
         deadline = time.monotonic() + join_s
         for thread in self._threads:
             thread.join(max(deadline - time.monotonic(), 0.01))
@@ -211,3 +240,55 @@ class SimClock:
     def sleep(self, seconds: float) -> None:
         # Even a zero sleep yields, so that actors due at the same instant take their turn.
         self.kernel.wait(max(seconds, 0.0) * 1000, "sleep")
+
+    def condition(self) -> SimCondition:
+        """What group commit (`s3queue.batching`) waits on: a condition on virtual time."""
+        return SimCondition(self.kernel, "group commit")
+
+
+class SimCondition:
+    """`threading.Condition` on virtual time: `wait` parks the actor until a notify or its
+    timeout. Only one actor runs at a time and none yields while it holds the condition except
+    in `wait`, so holding it needs no lock (re-entrant, as `threading.Condition` is)."""
+
+    def __init__(self, kernel: Kernel, cause: str) -> None:
+        self.kernel, self.cause = kernel, cause
+        self._waiters: list[Actor] = []
+
+    def __enter__(self) -> bool:
+        return True
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Park until notified (True) or `timeout` seconds of virtual time passed (False)."""
+        me = self.kernel._require()
+        self._waiters.append(me)
+        try:
+            self.kernel.park(None if timeout is None else timeout * 1000, self.cause)
+        finally:
+            notified = me not in self._waiters
+            if not notified:
+                self._waiters.remove(me)
+        return notified
+
+    def wait_for(self, predicate: Callable[[], Any], timeout: float | None = None) -> Any:
+        """As `threading.Condition.wait_for`, with its deadline in virtual time."""
+        end = None if timeout is None else self.kernel.local_ms() + timeout * 1000
+        result = predicate()
+        while not result:
+            left = None if end is None else (end - self.kernel.local_ms()) / 1000
+            if left is not None and left <= 0:
+                break
+            self.wait(left)
+            result = predicate()
+        return result
+
+    def notify(self, n: int = 1) -> None:
+        woken, self._waiters = self._waiters[:n], self._waiters[n:]
+        for actor in woken:
+            self.kernel.unpark(actor)
+
+    def notify_all(self) -> None:
+        self.notify(len(self._waiters))

@@ -72,13 +72,9 @@ def dollars(world: World, messages: int, prices: Prices) -> dict[str, Any]:
     """USD per million messages: S3 requests (503s priced as requests too, to be safe), Lambda
     requests and GB-seconds (workers and coordinator; invocations still running are billed up
     to now), EventBridge events."""
-    meter = world.s3.meter
-    kinds = meter.by_kind() + _slowdown_kinds(world)
-    s3 = (
-        (kinds["PUT"] + kinds["LIST"]) * prices.s3_put_list_per_1000
-        + (kinds["GET"] + kinds["HEAD"]) * prices.s3_get_per_1000
-        + kinds["DELETE"] * prices.s3_delete_per_1000
-    ) / 1000
+    kinds = world.s3.meter.by_kind() + _slowdown_kinds(world)
+    price = _per_request(prices)
+    s3 = sum(n * price[kind] for kind, n in kinds.items())
     functions = world.lam.functions.values()
     invocations = sum(f.invocations + len(f.active) for f in functions)
     gb_s = sum(f.gb_s(world.kernel.now) for f in functions)
@@ -97,6 +93,29 @@ def dollars(world: World, messages: int, prices: Prices) -> dict[str, Any]:
         "lambda_invocations": invocations,
         "lambda_gb_s": round(gb_s, 3),
         "events": {"schedule": world.schedule_events, "s3_object_created": world.s3_events},
+    }
+
+
+def s3_dollars_by_role(world: World, messages: int, prices: Prices) -> dict[str, Totals]:
+    """S3 request USD per million messages by role and billed kind: where the S3 cost goes
+    (503 answers not included)."""
+    price, scale = _per_request(prices), 1e6 / max(messages, 1)
+    out: dict[str, Totals] = {}
+    for role in ("producer", "coordinator", "worker"):
+        kinds = world.s3.meter.by_kind(role)
+        out[role] = {k: round(n * price[k] * scale, 4) for k, n in sorted(kinds.items()) if n}
+    return out
+
+
+def _per_request(prices: Prices) -> dict[str, float]:
+    """USD per request of each billed kind."""
+    put_list, get = prices.s3_put_list_per_1000 / 1000, prices.s3_get_per_1000 / 1000
+    return {
+        "PUT": put_list,
+        "LIST": put_list,
+        "GET": get,
+        "HEAD": get,
+        "DELETE": prices.s3_delete_per_1000 / 1000,
     }
 
 

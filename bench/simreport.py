@@ -50,7 +50,44 @@ def section(data: Results) -> list[str]:
         parts.append(_variants(data))
     if data.get("overload"):
         parts.append(_overload(data["overload"]))
+    if data.get("group_commit"):
+        parts.append(_group_commit(data["group_commit"]))
     return parts
+
+
+def _group_commit(d: Results) -> str:
+    rows = []
+    for r in d["runs"]:
+        usd, call, start = r["usd_per_million"], r["enqueue_call_ms"], r["latency_ms"]
+        rows.append(
+            [
+                r["callers"],
+                f"{r['window_s'] * 1000:g}",
+                f"{r['durable_per_s']:,.0f}",
+                f"{r['handler_starts_per_s']:,.0f}",
+                r["messages_per_object"],
+                f"{call.get('p50', 0):,.0f} / {call.get('p99', 0):,.0f}",
+                f"{start.get('p50', 0):,.0f} / {start.get('p99', 0):,.0f}",
+                r["per_message"]["total"],
+                f"${usd['total']:.3f}",
+            ]
+        )
+    headers = [
+        "callers",
+        "window ms",
+        "durable msg/s",
+        "handler starts/s",
+        "msgs per object",
+        "call p50 / p99 ms",
+        "enqueue to start p50 / p99 ms",
+        "S3 requests per message",
+        "$ per million",
+    ]
+    return (
+        f"Group commit: single `enqueue` calls offered at {d['offered_per_s']:,.0f} a second "
+        "through one `Queue.batching()` (target $0.10 per million; SQS batched "
+        f"${d['sqs_batched_usd_per_million']:.2f}):\n\n" + _table(headers, rows)
+    )
 
 
 def _overload(d: Results) -> str:

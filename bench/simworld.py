@@ -44,6 +44,8 @@ from bench.simlambda import LambdaService, SimContext, SimFunction, SimLambdaCli
 from bench.sims3 import SimS3, sim_storage
 
 PREFIX = "s3queue"
+DRAIN_S = 120.0
+"""Virtual seconds a run may go on after its load ends, for every message to start."""
 COORDINATOR = "coordinator"
 COORDINATOR_TIMEOUT_S, COORDINATOR_MEMORY, COORDINATOR_CONCURRENCY = 70.0, 256, 2
 COORDINATOR_EVENT_AGE_S, WORKER_EVENT_AGE_S = 60.0, 300.0
@@ -281,6 +283,17 @@ class World:
 
     def run_until(self, seconds: float) -> None:
         self.kernel.run(self.kernel.start_ms + seconds * 1000)
+
+    def drain(self, end_s: float) -> float:
+        """Run to `end_s`, then on until every enqueued message started (at most `DRAIN_S`
+        more), then 2 s for the last tickets to be applied; the second the drain ended."""
+        self.run_until(end_s)
+        elapsed = end_s
+        while len(self.tracker.starts_ms) < self.enqueued and elapsed < end_s + DRAIN_S:
+            elapsed += 1.0
+            self.run_until(elapsed)
+        self.run_until(elapsed + 2.0)
+        return elapsed
 
     def stop(self) -> None:
         self.kernel.stop()

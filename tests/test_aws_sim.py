@@ -12,14 +12,18 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from s3queue.config import QueueSettings
 from s3queue.errors import StorageError
 from s3queue.invoke import LambdaInvoker
 from s3queue.producer import Queue
+from s3queue.storage import MemoryStorage
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root: bench/
 
+from bench import simgroup
 from bench.measure import percentile
 from bench.simaws import AWS, LambdaModel, Latency, S3Model
+from bench.simgroup import Load
 from bench.simkernel import Kernel, SimClock
 from bench.simlambda import LambdaService, SimFunction, SimLambdaClient
 from bench.sims3 import RateLimit, SimS3, sim_storage
@@ -302,3 +306,92 @@ def test_settings_for_a_variant_go_on_top_of_the_base() -> None:
     base = settings_from("concurrency=32")
     variant = settings_from("batch_size=100,visibility_timeout=45.5", base)
     assert (variant.concurrency, variant.batch_size, variant.visibility_timeout) == (32, 100, 45.5)
+
+
+# -- group commit in virtual time ----------------------------------------------------------------
+
+
+class _FailingPuts(MemoryStorage):
+    def put(self, *args: Any, **kwargs: Any) -> str:
+        raise StorageError("PUT failed")
+
+
+def _callers(kernel: Kernel, batch: Any, n: int, at_ms: float = 0.0) -> dict[int, Any]:
+    """`n` actors that each enqueue one message through `batch` at `at_ms`: id or error, and
+    the virtual ms the call took."""
+    seen: dict[int, Any] = {}
+
+    def call(i: int) -> None:
+        start = kernel.now
+        try:
+            seen[i] = (batch.enqueue({"i": i}), kernel.now - start)
+        except StorageError as exc:
+            seen[i] = (exc, kernel.now - start)
+
+    for i in range(n):
+        kernel.spawn(lambda i=i: call(i), at_ms=at_ms, name=f"c{i}", role="producer")
+    return seen
+
+
+def test_group_commit_waits_its_window_in_virtual_time() -> None:
+    # GIVEN 8 callers at once and, later, one alone, through one batcher with a 50 ms window
+    kernel, s3 = _s3()
+    queue = Queue("q", storage=sim_storage(s3, "producer"), clock=SimClock(kernel))
+    batch = queue.batching(window=0.05)
+    together = _callers(kernel, batch, 8)
+    alone = _callers(kernel, batch, 1, at_ms=1_000.0)
+    # WHEN virtual time runs
+    kernel.run(10_000.0)
+    kernel.stop()
+    # THEN the 8 shared one PUT, the lone caller wrote alone, and each call lasted its window
+    # (virtual) plus its PUT: the waits passed on the simulated clock
+    assert s3.meter.by_kind("producer") == {"PUT": 2}
+    assert len({ident for ident, _ in together.values()}) == 8
+    assert all(50 < ms < 2_100 for _, ms in [*together.values(), *alone.values()])
+    assert kernel.errors == []
+
+
+def test_group_commit_failed_put_raises_in_every_caller_it_carried() -> None:
+    # GIVEN a storage whose PUTs fail, and 4 callers sharing a batch
+    kernel = Kernel(0.0)
+    queue = Queue("q", storage=_FailingPuts(), clock=SimClock(kernel))
+    seen = _callers(kernel, queue.batching(window=0.05), 4)
+    # WHEN the leader writes at the end of its window
+    kernel.run(1_000.0)
+    kernel.stop()
+    # THEN every caller raised the PUT's error, 50 ms (virtual) after it called
+    assert [type(error) for error, _ in seen.values()] == [StorageError] * 4
+    assert [ms for _, ms in seen.values()] == [50.0] * 4
+
+
+def test_group_commit_run_reports_consistent_figures() -> None:
+    # GIVEN a tiny group-commit load: 16 callers, 200 msg/s, 50 ms window
+    load = Load(callers=16, window_s=0.05, offered_per_s=200.0, warmup_s=1.0, seconds=2.0)
+    # WHEN it runs on the simulated region and drains
+    result = simgroup.run(load, AWS, QueueSettings())
+    # THEN every message enqueued (at most the 600 offered: callers behind their schedule
+    # offer less) started, objects carried more than one message each, and the requests by
+    # kind and by role add up to the total
+    assert result["errors"] == [] and result["enqueue_failures"] == 0
+    assert 0 < result["started"] == result["enqueued"] == result["messages"] <= 600
+    assert result["objects"] < result["enqueued"]
+    assert result["messages_per_object"] > 1
+    assert result["per_message_by_role"]["producer"] == pytest.approx(
+        result["objects"] / result["messages"], abs=1e-4
+    )
+    per = result["per_message"]
+    kinds = sum(per[k] for k in ("PUT", "GET", "HEAD", "LIST", "DELETE"))
+    assert kinds == pytest.approx(per["total"], abs=1e-3)
+    assert sum(result["per_message_by_role"].values()) == pytest.approx(per["total"], abs=1e-3)
+    usd = result["usd_per_million"]
+    s3_usd = sum(
+        v for kinds in result["s3_usd_per_million_by_role"].values() for v in kinds.values()
+    )
+    assert s3_usd == pytest.approx(usd["s3_requests"], abs=1e-3)
+    parts = (
+        usd["s3_requests"] + usd["lambda_requests"] + usd["lambda_duration"] + usd["eventbridge"]
+    )
+    assert parts == pytest.approx(usd["total"], abs=1e-3)
+    call = result["enqueue_call_ms"]
+    assert 50 <= call["p50"] <= call["p99"] and call["count"] > 0
+    assert result["latency_ms"]["p50"] >= call["p50"]

@@ -64,6 +64,8 @@ def test_scenarios_run_and_the_report_is_written(seaweed: EmbeddedS3, tmp_path: 
     ]
     assert sim["after_idle"]["low_latency"]["latency_ms"]["count"] == SMOKE.aws_sim_idle_messages
     assert sim["overload"]["slowdowns_503_by_role"]["producer"] > 0  # above 3,500 writes/s
+    group = sim["group_commit"]["runs"][0]  # concurrent single enqueues share objects
+    assert group["messages_per_object"] > 1 and group["started"] == group["enqueued"]
     assert "aws_sim.png" in {f.name for f in files}
     verdicts = {row.what: row.met for row in headline.rows(results)}
     assert verdicts["Idle S3 requests per minute per queue, coordinator Lambda (1 run a minute)"]

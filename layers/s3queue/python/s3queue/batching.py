@@ -24,18 +24,21 @@ new callers open the next batch, so writes overlap::
   against other producers (docs/protocol.md, "Group commit").
 - An explicit ``id`` is not batched: its dedup marker names its message's own object, which a
   shared object cannot be; such a call is `Queue.enqueue` (two PUTs), in the caller's thread.
+- Every wait (the leader's window, a member's wait for its object) is on a condition the
+  queue's clock makes when it offers ``condition()`` (the AWS simulation's clock, whose waits
+  pass in virtual time), else on a `threading.Condition`.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping
-from concurrent.futures import Future
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any
 
 from s3queue.batch import PACK_BYTES
+from s3queue.clock import Clock
 from s3queue.errors import InvalidArgument, S3QueueError
 from s3queue.keys import MsgKey, QueueKeys, new_id
 from s3queue.model import Record, record_for
@@ -49,6 +52,32 @@ _Lot = tuple[str | None, str | None, int]
 """What one object shares: its partition, group and delay (ms)."""
 
 
+class _Durable:
+    """One caller's acknowledgement: settled once, by its batch's leader; awaited by the caller."""
+
+    def __init__(self, condition: threading.Condition) -> None:
+        self._condition = condition
+        self._settled = False
+        self._error: BaseException | None = None
+
+    def done(self) -> bool:
+        return self._settled
+
+    def settle(self, error: BaseException | None = None) -> None:
+        """The first settlement counts; a later one is ignored."""
+        with self._condition:
+            if not self._settled:
+                self._settled, self._error = True, error
+                self._condition.notify_all()
+
+    def result(self) -> None:
+        """Wait until settled; raise the error it was settled with, if any."""
+        with self._condition:
+            self._condition.wait_for(self.done)
+        if self._error is not None:
+            raise self._error
+
+
 @dataclass(slots=True)
 class _Entry:
     record: Record
@@ -56,7 +85,7 @@ class _Entry:
     """The keys of the message's partition."""
     delay_ms: int
     size: int
-    durable: Future[None] = field(default_factory=Future)
+    durable: _Durable
 
 
 @dataclass(slots=True)
@@ -91,7 +120,8 @@ class GroupCommit:
         limit = min(PACK_BYTES, queue.max_message_bytes)
         self.max_bytes = min(max_bytes, limit) if max_bytes is not None else limit
         """Bodies per batch, and per object: a larger batch is written as several objects."""
-        self._lock = threading.Condition()
+        self._condition = _conditions(queue.clock)
+        self._lock = self._condition()
         self._open: _Batch | None = None
 
     def enqueue(
@@ -118,7 +148,7 @@ class GroupCommit:
         now = queue.clock.now_ms()
         record = record_for(new_id(now), body, now, group, attrs)
         size = len(queue.writer.encode([record])[0])  # MalformedMessage past max_message_bytes
-        entry = _Entry(record, keys, delay_ms, size)
+        entry = _Entry(record, keys, delay_ms, size, _Durable(self._condition()))
         batch = self._join(entry)
         if batch is not None:
             self._write(batch)
@@ -215,15 +245,22 @@ class GroupCommit:
                 writer.notice_if_late(keys, key)
         except Exception as exc:  # noqa: BLE001 - raised in every caller this object carried
             for entry in chunk:
-                entry.durable.set_exception(exc)
+                entry.durable.settle(exc)
             return
         queue.emit("enqueue", now, message_ids=[r.id for r in records], key=full, batched=True)
         for entry in chunk:
-            entry.durable.set_result(None)
+            entry.durable.settle()
+
+
+def _conditions(clock: Clock) -> Callable[[], threading.Condition]:
+    """What the batcher waits on: the clock's ``condition()`` if it offers one (a clock that runs
+    its own time), else a real `threading.Condition`."""
+    factory: Callable[[], threading.Condition] = getattr(clock, "condition", threading.Condition)
+    return factory
 
 
 def _fail(entries: list[_Entry], why: str) -> None:
     """Settle every member not settled yet with an error, so that none waits forever."""
     for entry in entries:
         if not entry.durable.done():
-            entry.durable.set_exception(S3QueueError(f"message not acknowledged: {why}"))
+            entry.durable.settle(S3QueueError(f"message not acknowledged: {why}"))
