@@ -88,11 +88,11 @@ class Plan:
     aws_sim_idle_messages: int = 60
     aws_sim_idle_gap: float = 150.0
     """Virtual seconds between two messages after idle (the coordinator run ends in between)."""
-    aws_sim_gc_offered: float = 2_000.0
+    aws_sim_gc_offered: float = 4_000.0
     """Single `enqueue`s a second offered through one `Queue.batching()` (group commit)."""
-    aws_sim_gc_callers: tuple[int, ...] = (64, 256)
+    aws_sim_gc_callers: tuple[int, ...] = (64, 256, 512)
     """Concurrent callers sharing the batcher: one run per (callers, window)."""
-    aws_sim_gc_windows: tuple[float, ...] = (0.02, 0.05, 0.1)
+    aws_sim_gc_windows: tuple[float, ...] = (0.05, 0.1)
     """The batcher's window, seconds."""
     aws_sim_gc_seconds: float = 20.0
     """Virtual seconds of offered load after the warm-up; then the queue drains."""
