@@ -197,7 +197,12 @@ class SimS3Client:
             if head is None:
                 raise _error("404", 404, "HeadObject")
             meta = {TOKEN_METADATA: head.token} if head.token else {}
-            return {"ETag": f'"{head.etag}"', "Metadata": meta}
+            return {
+                "ETag": f'"{head.etag}"',
+                "Metadata": meta,
+                "ContentLength": head.size,
+                "LastModified": _when(head.last_modified_ms),
+            }
 
         return self._request("HeadObject", Key, effect)  # type: ignore[no-any-return]
 

@@ -125,6 +125,16 @@ def test_latency_samples_follow_their_median_and_tail() -> None:
     assert max(samples) <= latency.cap_ms
 
 
+def test_a_head_answers_what_s3_answers() -> None:
+    """S3Storage.head reads the size and the date (the coordinator's recheck of a ticket whose
+    create may have applied, under overload, raised KeyError here before)."""
+    kernel, s3 = _s3()
+    storage = sim_storage(s3, "producer")
+    found: list[Any] = []
+    _in_actor(kernel, lambda: (storage.put("k", b"12345"), found.append(storage.head("k"))))
+    assert found[0].size == 5 and found[0].last_modified_ms == s3.store.head("k").last_modified_ms
+
+
 def test_the_meter_counts_every_request_by_role_and_kind() -> None:
     kernel, s3 = _s3()
     queue = Queue("q", storage=sim_storage(s3, "producer"), clock=SimClock(kernel))
