@@ -130,8 +130,11 @@ def run(target: Target, plan: Plan, progress: Progress) -> dict[str, Any]:
     for variant in plan.aws_sim_variants:
         mode, text = variant_mode(variant)
         if mode == "packed":
-            seconds = plan.aws_sim_packed_variant_seconds
-            point = Capacity(mode, 1, plan.aws_sim_packed_variant_offered, seconds, seconds)
+            offered, seconds = (
+                plan.aws_sim_packed_variant_offered,
+                plan.aws_sim_packed_variant_seconds,
+            )
+            point = Capacity(mode, 1, offered, plan.aws_sim_warmup, seconds)
         else:
             offered = plan.aws_sim_variant_offered
             point = Capacity(mode, 1, offered, plan.aws_sim_warmup, plan.aws_sim_seconds)
