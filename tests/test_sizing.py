@@ -149,3 +149,27 @@ def test_a_grown_ticket_holds_at_most_grown_bytes_of_objects() -> None:
     sizes_ = [sum(r["size"] for r in p["doc"]["refs"]) for p in h.invocations]
     grown, quick = sizes_[:3], sizes_[3]  # the quick lane's 10 have no bound on bytes
     assert len(h.invocations) == 4 and max(grown) <= GROWN_BYTES < quick
+
+
+def test_tickets_waiting_for_workers_do_not_grow() -> None:
+    """More tickets in flight than workers (the local runtime): a ticket nobody claimed for
+    QUEUED_MS means the workers are short, not the tickets: no growth."""
+    pace = Pace()
+    pace.finished(10, 100)
+    settings = QueueSettings()
+    assert sizes(settings, pace, ready=10_000, free=8, live_grown=0, queued=1) == Sizes(10, 10, 0)
+    h = Harness(settings=QueueSettings(max_in_flight_tickets=8, max_batch_size=100))
+    for i in range(3000):
+        h.queue.enqueue(i)
+    h.tick()
+    handler = Recorder()
+    h.work(handler)  # pace known
+    h.tick()
+    assert refs_per_ticket(h)[0] == 100  # grown
+    first = h.invocations[:1]
+    h.invocations[1:] = []  # the other tickets' workers are done; the first one's never came
+    h.work(handler)
+    h.invocations[:] = first
+    h.clock.advance(1.0)  # QUEUED_MS: still unclaimed
+    h.tick()
+    assert set(refs_per_ticket(h)[1:]) == {10}

@@ -174,7 +174,7 @@ class Coordinator:
         for key in before.keys() - known.keys():
             ticket = before[key].ticket
             self.pace.finished(self._messages(ticket), now - ticket.created_ms)
-        return self._dispatch(reaped)
+        return self._dispatch(reaped, _queued(listed, known, now))
 
     def probe(self) -> bool:
         """Is there anything to do? About one LIST, no lease (probe.py)."""
@@ -193,7 +193,7 @@ class Coordinator:
     def _list_tickets(self) -> list[Entry]:
         return list(iter_keys(self.storage, self.keys.tickets))
 
-    def _dispatch(self, reaped: int) -> TickResult:
+    def _dispatch(self, reaped: int, queued: int = 0) -> TickResult:
         """Read each partition's cursor, share the capacity fairly, plan, publish."""
         memory, now = self.memory, self.clock.now_ms()
         capacity = self.settings.max_in_flight_tickets - len(memory.known)
@@ -208,7 +208,7 @@ class Coordinator:
             for partition in self._round(inbox):
                 found = inbox.get(partition, [])
                 parts.append(self._read(partition, now, want, in_flight, live, found))
-            self._plan(parts, now, capacity, in_flight)
+            self._plan(parts, now, capacity, in_flight, queued)
             dispatched = self._publish_parts(parts, now)
         except BaseException:
             # A partition read before the failure used up its rewind and wake-ups: the next
@@ -284,7 +284,9 @@ class Coordinator:
         absent = cursor.absent_heads(candidates)
         return _Part(partition, cursor, saved, candidates, stopped, busy | absent, absent)
 
-    def _plan(self, parts: list[_Part], now: int, capacity: int, in_flight: set[str]) -> None:
+    def _plan(
+        self, parts: list[_Part], now: int, capacity: int, in_flight: set[str], queued: int
+    ) -> None:
         """Each partition's plan, within its fair share of `capacity`: every partition with
         ready work gets a ticket in turn before any gets a second (round-robin). Under a
         backlog the first tickets grow (sizing.py)."""
@@ -295,7 +297,9 @@ class Coordinator:
             _dispatchable(part.candidates, in_flight, part.blocked, batch_size) for part in parts
         )
         grown = sum(1 for k in known.values() if self._messages(k.ticket) > batch_size)
-        sizes = sizing.sizes(self.settings, self.pace, ready=ready, free=capacity, live_grown=grown)
+        sizes = sizing.sizes(
+            self.settings, self.pace, ready=ready, free=capacity, live_grown=grown, queued=queued
+        )
         offset = 0
 
         def plan(part: _Part, tickets: int) -> scan.Plan:
@@ -447,6 +451,19 @@ class Coordinator:
 
 BLOCK_TICKETS_PER_THREAD = 4
 """A reserved block has room for this many ticks' worth of concurrent publications."""
+
+
+def _queued(listed: list[Entry], known: dict[str, Known], now: int) -> int:
+    """Live tickets still as published (a claim changes the ETag) `sizing.QUEUED_MS` after
+    it: they wait for a worker."""
+    return sum(
+        1
+        for entry in listed
+        if (found := known.get(entry.key)) is not None
+        and found.ticket.state == "pending"
+        and entry.etag == found.etag
+        and now - found.ticket.created_ms >= sizing.QUEUED_MS
+    )
 
 
 def fair_shares(wanted: list[int], capacity: int) -> list[int]:

@@ -15,6 +15,11 @@ a grown ticket from doing harm:
   each), and a slot still turns over every few seconds. Never more than `max_batch_size`.
 - **Memory.** A grown ticket's objects add up to at most `GROWN_BYTES` (by the sizes the
   LIST gave); its first object always goes in, whatever its size.
+- **Workers, not tickets, short.** A live ticket no worker has claimed for `QUEUED_MS` means
+  the tickets wait for workers (the local runtime keeps more tickets in flight than it has
+  threads; on Lambda, the concurrency is taken): then nothing grows, as larger tickets would
+  only queue behind them and leave a backlog's tail to a few threads. (The LIST of tickets
+  says it for free: a claim changes a ticket's ETag.)
 - **A quick lane.** Grown tickets never take the last slot: one stays for tickets of
   `batch_size` at most, so a partition, a FIFO group or a message that arrives behind a
   backlog gets a slot within about one small ticket's time, not a grown one's.
@@ -32,6 +37,9 @@ from s3queue.config import QueueSettings
 
 SMOOTHING = 0.3
 """Weight of the newest finished ticket in `Pace`."""
+QUEUED_MS = 1000
+"""A ticket unclaimed this long after its dispatch waits for a worker (a Lambda start and a
+claim take about half a second)."""
 GROWN_BYTES = 16 * 1024 * 1024
 """A grown ticket's objects add up to at most this many bytes (a worker holds a ticket's
 objects until its apply): packs of large messages grow less."""
@@ -73,13 +81,21 @@ class Sizes:
         return self.batch_size, None
 
 
-def sizes(settings: QueueSettings, pace: Pace, *, ready: int, free: int, live_grown: int) -> Sizes:
-    """Ticket sizes for a tick that found `ready` dispatchable messages, with `free` slots
-    and `live_grown` grown tickets still live."""
+def sizes(
+    settings: QueueSettings,
+    pace: Pace,
+    *,
+    ready: int,
+    free: int,
+    live_grown: int,
+    queued: int = 0,
+) -> Sizes:
+    """Ticket sizes for a tick that found `ready` dispatchable messages, with `free` slots,
+    `live_grown` grown tickets still live and `queued` waiting for a worker."""
     small = settings.batch_size
     lanes = max(0, settings.max_in_flight_tickets - 1 - live_grown)
     grown = min(free, lanes)
-    if grown <= 0 or ready <= free * small:
+    if grown <= 0 or queued or ready <= free * small:
         return Sizes(small, small, 0)
     size = min(most(settings, pace), math.ceil(ready / grown))
     return Sizes(small, size, grown) if size > small else Sizes(small, small, 0)
