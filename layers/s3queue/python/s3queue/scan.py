@@ -89,8 +89,9 @@ class Planner:
     live_origins: set[str]
     plan: Plan = field(default_factory=Plan)
     _open: list[Candidate] | None = None
-    _limits: dict[int, tuple[int, int | None]] = field(default_factory=dict)
-    """id() of each new batch -> the messages it may carry."""
+    _rooms: dict[int, _Room] = field(default_factory=dict)
+    """id() of each new batch -> what it may still take (kept as it fills: a grown ticket of
+    1,000 messages is not summed again for each one)."""
     _group_batches: dict[str, list[Candidate]] = field(default_factory=dict)
     _blocked: set[str] = field(default_factory=set)
 
@@ -115,19 +116,24 @@ class Planner:
             self.plan.waiting += candidate.count
             return None
         batch = [candidate]
-        self._limits[id(batch)] = self.limit(len(self.plan.batches))
+        messages, size = self.limit(len(self.plan.batches))
+        room = _Room(messages, size)
+        room.take(candidate)  # the first always goes in, whatever its size
+        self._rooms[id(batch)] = room
         self.plan.batches.append(batch)
         return batch
 
-    def _fits(self, batch: list[Candidate], candidate: Candidate) -> bool:
-        messages, size = self._limits[id(batch)]
-        if sum(c.count for c in batch) + candidate.count > messages:
+    def _admit(self, batch: list[Candidate], candidate: Candidate) -> bool:
+        """Make room for `candidate` in `batch` if it fits (the caller then appends it)."""
+        room = self._rooms[id(batch)]
+        if not room.holds(candidate):
             return False
-        return size is None or sum(c.size for c in batch) + candidate.size <= size
+        room.take(candidate)
+        return True
 
     def _add_ungrouped(self, candidate: Candidate) -> None:
         batch = self._open
-        if batch is not None and self._fits(batch, candidate):
+        if batch is not None and self._admit(batch, candidate):
             batch.append(candidate)
         else:
             self._open = self._new_batch(candidate)
@@ -142,7 +148,7 @@ class Planner:
             self.plan.wakeups[candidate.sort_ms] = candidate.ready_ms
             return
         batch = self._group_batches.get(group)
-        if batch is not None and self._fits(batch, candidate):
+        if batch is not None and self._admit(batch, candidate):
             batch.append(candidate)
             return
         if batch is not None:
@@ -158,3 +164,20 @@ class Planner:
     def _block(self, group: str, candidate: Candidate) -> None:
         self._blocked.add(group)
         self.plan.held_groups.setdefault(group, candidate.key)
+
+
+@dataclass(slots=True)
+class _Room:
+    """What a batch may still take: messages, and bytes (None: no bound)."""
+
+    messages: int
+    size: int | None
+
+    def holds(self, candidate: Candidate) -> bool:
+        fits_size = self.size is None or candidate.size <= self.size
+        return candidate.count <= self.messages and fits_size
+
+    def take(self, candidate: Candidate) -> None:
+        self.messages -= candidate.count
+        if self.size is not None:
+            self.size -= candidate.size
