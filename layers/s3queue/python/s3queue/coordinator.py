@@ -71,6 +71,8 @@ class _Memory:
     reserved: int = 0
     """The end of our last reserved block of seqs (lease.py): tickets below it go out at once."""
     known: dict[str, Known] = field(default_factory=dict)
+    parsed: dict[str, list[_Ref]] = field(default_factory=dict)
+    """Each known ticket's refs, parsed once (a ticket's refs never change): `_ticket_refs`."""
     partitions: list[str | None] = field(default_factory=lambda: [None])
     """The partitions found by the last LIST of ``parts/`` (None: the default, always there)."""
     discovered_ms: int | None = None
@@ -172,8 +174,8 @@ class Coordinator:
         reaped = reconciler.reconcile(listed, known, self.memory.cursors)
         now = self.clock.now_ms()
         for key in before.keys() - known.keys():
-            ticket = before[key].ticket
-            self.pace.finished(self._messages(ticket), now - ticket.created_ms)
+            refs = self.memory.parsed.get(key) or self._refs(before[key].ticket)
+            self.pace.finished(_count(refs), now - before[key].ticket.created_ms)
         return self._dispatch(reaped, _queued(listed, known, now))
 
     def probe(self) -> bool:
@@ -193,17 +195,17 @@ class Coordinator:
     def _list_tickets(self) -> list[Entry]:
         return list(iter_keys(self.storage, self.keys.tickets))
 
-    def _dispatch(self, reaped: int, queued: int = 0) -> TickResult:
+    def _dispatch(self, reaped: int, queued: int) -> TickResult:
         """Read each partition's cursor, share the capacity fairly, plan, publish."""
         memory, now = self.memory, self.clock.now_ms()
         capacity = self.settings.max_in_flight_tickets - len(memory.known)
         if capacity <= 0:
             return self._result(reaped)
-        live = self._live_refs()
+        live = [r for refs in self._ticket_refs().values() for r in refs]
         in_flight = {r.key for r in live}
         inbox = self._inbox_and_partitions(now)
         parts: list[_Part] = []
-        want = capacity * sizing.most(self.settings, self.pace)
+        want = capacity * sizing.most(self.settings, self.pace, queued)
         try:
             for partition in self._round(inbox):
                 found = inbox.get(partition, [])
@@ -290,13 +292,12 @@ class Coordinator:
         """Each partition's plan, within its fair share of `capacity`: every partition with
         ready work gets a ticket in turn before any gets a second (round-robin). Under a
         backlog the first tickets grow (sizing.py)."""
-        known = self.memory.known
-        origins = {self.keys.ticket_origin(key) for key in known}
+        origins = {self.keys.ticket_origin(key) for key in self.memory.known}
         batch_size = self.settings.batch_size
         ready = sum(
             _dispatchable(part.candidates, in_flight, part.blocked, batch_size) for part in parts
         )
-        grown = sum(1 for k in known.values() if self._messages(k.ticket) > batch_size)
+        grown = sum(1 for refs in self._ticket_refs().values() if _count(refs) > batch_size)
         sizes = sizing.sizes(
             self.settings, self.pace, ready=ready, free=capacity, live_grown=grown, queued=queued
         )
@@ -347,26 +348,27 @@ class Coordinator:
             live_tickets=len(self.memory.known),
             waiting=waiting,
             reaped=reaped,
-            in_flight=self._in_flight_messages(),
+            in_flight=sum(_count(refs) for refs in self._ticket_refs().values()),
             oldest_ready_ms=oldest,
         )
 
-    def _messages(self, ticket: Ticket) -> int:
-        """The messages a ticket carries (a packed object counts all of its)."""
-        return sum(
-            _Ref(r.key, None, self.keys.owning(r.key).parse_msg(r.key)).count for r in ticket.refs
-        )
+    def _ticket_refs(self) -> dict[str, list[_Ref]]:
+        """Each live ticket's refs, parsed: each ticket once, not at every tick."""
+        memory = self.memory
+        parsed = memory.parsed
+        for key in parsed.keys() - memory.known.keys():
+            del parsed[key]
+        for key, known in memory.known.items():
+            if key not in parsed:
+                parsed[key] = self._refs(known.ticket)
+        return parsed
 
-    def _live_refs(self) -> list[_Ref]:
+    def _refs(self, ticket: Ticket) -> list[_Ref]:
         return [
             _Ref(r.key, keys.partition, keys.parse_msg(r.key))
-            for known in self.memory.known.values()
-            for r in known.ticket.refs
+            for r in ticket.refs
             for keys in (self.keys.owning(r.key),)
         ]
-
-    def _in_flight_messages(self) -> int:
-        return sum(r.count for r in self._live_refs())
 
     def _publish_all(self, batches: list[list[scan.Candidate]], now: int) -> list[int]:
         """Each batch's message count once published (0: not published).
@@ -420,6 +422,7 @@ class Coordinator:
         )
         token = new_token()
         count = sum(c.count for c in batch)
+        etag: str | None
         try:
             etag = self.storage.put(
                 key,
@@ -432,12 +435,12 @@ class Coordinator:
             self.emit("lost_race", now, ticket=key, op="publish")
             return 0
         except Consumed:  # it went out, and a worker was quicker than our recheck: done
-            self.emit("dispatch", now, ticket=key, refs=[c.key for c in batch], messages=count)
-            return count
-        known = Known(ticket, etag, invoked_ms=now)
-        memory.known[key] = known
+            etag = None
         self.emit("dispatch", now, ticket=key, refs=[c.key for c in batch], messages=count)
-        self.reconciler.invoke(key, known, now, reason="new")
+        if etag is not None:
+            known = Known(ticket, etag, invoked_ms=now)
+            memory.known[key] = known
+            self.reconciler.invoke(key, known, now, reason="new")
         return count
 
     def _unconsumed(self, first: scan.Candidate) -> bool:
@@ -451,6 +454,11 @@ class Coordinator:
 
 BLOCK_TICKETS_PER_THREAD = 4
 """A reserved block has room for this many ticks' worth of concurrent publications."""
+
+
+def _count(refs: list[_Ref]) -> int:
+    """The messages `refs` carry (a packed object counts all of its)."""
+    return sum(r.count for r in refs)
 
 
 def _queued(listed: list[Entry], known: dict[str, Known], now: int) -> int:

@@ -95,16 +95,17 @@ def sizes(
     small = settings.batch_size
     lanes = max(0, settings.max_in_flight_tickets - 1 - live_grown)
     grown = min(free, lanes)
-    if grown <= 0 or queued or ready <= free * small:
+    if grown <= 0 or ready <= free * small:
         return Sizes(small, small, 0)
-    size = min(most(settings, pace), math.ceil(ready / grown))
+    size = min(most(settings, pace, queued), math.ceil(ready / grown))
     return Sizes(small, size, grown) if size > small else Sizes(small, small, 0)
 
 
-def most(settings: QueueSettings, pace: Pace) -> int:
-    """The largest ticket worth making now: `ticket_seconds` of work, within bounds."""
+def most(settings: QueueSettings, pace: Pace, queued: int = 0) -> int:
+    """The largest ticket worth making now: `ticket_seconds` of work, within bounds;
+    `batch_size` while `queued` tickets wait for a worker, or before any ticket finished."""
     per_message = pace.ms_per_message
-    if per_message is None:
+    if per_message is None or queued:
         return settings.batch_size
     seconds = min(settings.ticket_seconds, settings.timeout / 2)
     fits = int(seconds * 1000 / per_message)
