@@ -32,9 +32,8 @@ from s3queue.errors import S3QueueError
 from s3queue.events import Event
 from s3queue.invoke import LambdaInvoker
 from s3queue.model import Message
-from s3queue.names import queue_of_key
 from s3queue.producer import Queue
-from s3queue.service import Gauges, serve
+from s3queue.service import Gauges, hot_queues, serve
 from s3queue.sizing import Pace
 from s3queue.worker import Worker
 
@@ -189,8 +188,6 @@ class World:
 
     def _coordinate(self, event: dict[str, Any], context: SimContext, container: Any) -> None:
         storage, invoker, gauges, paces = container
-        key = (event.get("detail") or {}).get("object", {}).get("key")
-        hot = {queue_of_key(PREFIX, key)} if key else set()
         coordinators = [
             Coordinator(
                 storage,
@@ -215,7 +212,7 @@ class World:
             on_tick=lambda _q, r: self.tracker.ticks.append(
                 (self.kernel.now, r.dispatched, r.live_tickets, r.waiting)
             ),
-            hot={q for q in hot if q in self.queues},
+            hot=hot_queues(event, PREFIX) & set(self.queues),  # as functions/coordinator/app.py
             run_all=self.kernel.run_all,  # the queues' ticks overlap, as the function's threads
         )
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import unquote_plus
 
 from aws_lambda_powertools import Logger, Tracer
 from aws_lambda_powertools.metrics import EphemeralMetrics, MetricUnit
@@ -22,8 +21,7 @@ from s3queue.concurrency import Threads
 from s3queue.config import ENV_QUEUES, ConfigError, CoordinatorSettings, Environment, QueueSettings
 from s3queue.coordinator import Coordinator
 from s3queue.invoke import LambdaInvoker
-from s3queue.names import queue_of_key
-from s3queue.service import Gauges, serve
+from s3queue.service import Gauges, created_key, hot_queues, serve
 from s3queue.sizing import Pace
 from s3queue.storage.s3 import S3Storage, make_client, make_lambda_client
 
@@ -103,19 +101,6 @@ def trigger(event: dict[str, Any]) -> str:
     kind = str(event.get("detail-type") or "invoke")
     key = created_key(event)
     return f"{kind}: {key}" if key else kind
-
-
-def created_key(event: dict[str, Any]) -> str | None:
-    """The key of an S3 Object Created event (low-latency mode), else None."""
-    key = (event.get("detail") or {}).get("object", {}).get("key")
-    return key if isinstance(key, str) else None
-
-
-def hot_queues(event: dict[str, Any], prefix: str) -> set[str]:
-    """The queue an Object Created event names: it has work, so the run skips its probe."""
-    key = created_key(event)
-    queue = queue_of_key(prefix, unquote_plus(key)) if key else None
-    return {queue} if queue else set()
 
 
 @logger.inject_lambda_context(clear_state=True)

@@ -28,16 +28,18 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, Literal
+from urllib.parse import unquote_plus
 
 from s3queue import metric_names
 from s3queue.clock import Clock, ms
 from s3queue.concurrency import RunAll, settled
 from s3queue.coordinator import Coordinator, TickResult
 from s3queue.errors import AccessDenied, BucketNotFound, StorageError
+from s3queue.names import queue_of_key
 
 log = logging.getLogger(__name__)
 
@@ -274,6 +276,19 @@ class _Run:
                     slot.coordinator.release()
                 except StorageError as exc:  # the lease lapses by itself after its TTL
                     log.warning("queue %s: release failed: %s", slot.queue, exc)
+
+
+def created_key(event: Mapping[str, Any]) -> str | None:
+    """The key of an S3 Object Created event (EventBridge; low-latency mode), else None."""
+    key = (event.get("detail") or {}).get("object", {}).get("key")
+    return key if isinstance(key, str) else None
+
+
+def hot_queues(event: Mapping[str, Any], prefix: str) -> set[str]:
+    """The queue an Object Created event names: it has work, so `serve` skips its probe."""
+    key = created_key(event)
+    queue = queue_of_key(prefix, unquote_plus(key)) if key else None
+    return {queue} if queue else set()
 
 
 def serve(
