@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import random
 from collections.abc import Callable
 from typing import Any, ClassVar
@@ -170,3 +171,18 @@ class CountingStorage:
     def reset(self) -> dict[str, int]:
         counts, self.counts = self.counts, {}
         return counts
+
+
+class Unseekable(io.RawIOBase):
+    """A pipe-like source: read only, no seek, no size."""
+
+    def __init__(self, data: bytes) -> None:
+        self._data = io.BytesIO(data)
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        data = self._data.read(len(buffer))
+        buffer[: len(data)] = data
+        return len(data)

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 import pytest
-from harness import Harness, Recorder
+from harness import Harness, Recorder, Unseekable
 from s3queue import Message, PermanentError, StorageError, run_local
 from s3queue.config import QueueSettings
 from s3queue.producer import Queue
@@ -108,7 +108,7 @@ def test_small_files_are_inlined() -> None:
 def test_an_unseekable_stream_is_uploaded_with_what_was_read_of_it() -> None:
     h = harness()
     data = os.urandom(700 * KiB)
-    h.queue.enqueue_file(io.BufferedReader(Pipe(data)))
+    h.queue.enqueue_file(io.BufferedReader(Unseekable(data)))
     seen: dict[str, bytes] = {}
     h.drain(reading(seen))
     assert list(seen.values()) == [data]
@@ -218,19 +218,6 @@ def test_a_repeat_that_lost_the_race_deletes_its_own_upload(tmp_path: Path) -> N
     queue.enqueue_file(tmp_path / "big.bin", id="video-1")
     # THEN its upload lost to the first message, and is deleted
     assert h.keys("blobs/") == [first]
-
-
-class Pipe(io.RawIOBase):
-    def __init__(self, data: bytes) -> None:
-        self._data = io.BytesIO(data)
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, buffer: Any) -> int:
-        data = self._data.read(len(buffer))
-        buffer[: len(data)] = data
-        return len(data)
 
 
 @pytest.mark.s3

@@ -5,9 +5,9 @@ from __future__ import annotations
 import io
 import time
 from pathlib import Path
-from typing import Any
 
 import pytest
+from harness import Unseekable
 from s3queue.errors import Conflict
 from s3queue.storage import Storage, new_token, s3
 
@@ -406,18 +406,3 @@ class TestStreams:
         storage.delete("q/src")
         with pytest.raises(Conflict):
             storage.copy("q/src", "q/dst2", if_match=None, size=7)
-
-
-class Unseekable(io.RawIOBase):
-    """A pipe-like source: read only."""
-
-    def __init__(self, data: bytes) -> None:
-        self._data = io.BytesIO(data)
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, buffer: Any) -> int:
-        data = self._data.read(len(buffer))
-        buffer[: len(data)] = data
-        return len(data)

@@ -38,6 +38,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, BinaryIO
 from urllib.parse import unquote
 
@@ -259,7 +260,8 @@ class StorageFaults:
             return settle_put_conflict(
                 self.inner, key, token=token, if_match=if_match, if_none_match=if_none_match
             )
-        etag = self.inner.put(
+        write = partial(
+            self.inner.put,
             key,
             body,
             if_match=if_match,
@@ -267,15 +269,9 @@ class StorageFaults:
             token=token,
             resend_if=resend_if,
         )
+        etag = write()
         if kind == "lost_response":  # the SDK's retry of a write that applied
-            return self.inner.put(
-                key,
-                body,
-                if_match=if_match,
-                if_none_match=if_none_match,
-                token=token,
-                resend_if=resend_if,
-            )
+            return write()
         self._after(kind, "PutObject", key)
         return etag
 
