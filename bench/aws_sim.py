@@ -26,8 +26,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
-from s3queue.config import QueueSettings
-from s3queue.producer import Queue
+from s3queue.contract.settings import QueueSettings
+from s3queue.producing.producer import Queue
 
 from bench import simgroup, simmeasure
 from bench.plan import Plan

@@ -28,15 +28,15 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from s3queue import config
-from s3queue.clock import FakeClock
-from s3queue.coordinator import Coordinator
+from s3queue.common.clock import FakeClock
+from s3queue.contract import environment as config
+from s3queue.dispatching.coordinator import Coordinator
+from s3queue.dispatching.service import Gauges, ServeSettings, serve
 from s3queue.local.metering import RequestCounter
 from s3queue.local.seaweed import ANY_CREDENTIALS
-from s3queue.producer import Queue
-from s3queue.service import Gauges, ServeSettings, serve
+from s3queue.producing.producer import Queue
 from s3queue.storage.s3 import S3Storage
-from s3queue.worker import Worker
+from s3queue.working.worker import Worker
 
 from bench.local import noop
 from bench.measure import Meter, billed

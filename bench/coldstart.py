@@ -29,7 +29,7 @@ import zipfile
 from pathlib import Path
 from typing import Any
 
-from s3queue.packaging import shipped
+from s3queue.contract.packaging import shipped
 
 from bench.plan import Plan
 from bench.progress import Progress
@@ -37,7 +37,7 @@ from bench.target import Target
 
 ROOT = Path(__file__).resolve().parents[1]
 ASSET = ROOT / "layers" / "s3queue"
-"""The layer asset's root, as the CDK stack packs it (`s3queue.packaging.LAYER_EXCLUDES`)."""
+"""The layer asset's root, as the CDK stack packs it (`packaging.LAYER_EXCLUDES`)."""
 LAYER = ASSET / "python"
 FUNCTIONS = ROOT / "functions"
 ENTRY_POINTS = {
@@ -45,7 +45,7 @@ ENTRY_POINTS = {
     "worker": (".", "worker.app"),
     "coordinator": ("coordinator", "app"),
     # A worker's first invocation also imports its handler module: an untyped one, and
-    # ship_order, whose body model brings pydantic (typed messages, s3queue.typed).
+    # ship_order, whose body model brings pydantic (typed messages, s3queue.working.typed).
     "worker+generate_report": (".", "worker.app, handlers.generate_report"),
     "worker+ship_order": (".", "worker.app, handlers.ship_order"),
 }

@@ -16,10 +16,10 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from s3queue.coordinator import Coordinator
-from s3queue.producer import Queue
+from s3queue.dispatching.coordinator import Coordinator
+from s3queue.producing.producer import Queue
 from s3queue.storage.s3 import S3Storage
-from s3queue.worker import Worker
+from s3queue.working.worker import Worker
 
 from bench.local import noop
 from bench.measure import BILLED, Meter, enqueue_all, load, per_message

@@ -20,8 +20,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from s3queue.model import Message
-from s3queue.producer import Queue
+from s3queue.message import Message
+from s3queue.producing.producer import Queue
 
 from bench.local import LocalRun, Tracker
 from bench.measure import load, summarize_ms

@@ -17,7 +17,7 @@ import time
 from typing import Any
 
 from s3queue.local.runtime import LOCAL_SERVE
-from s3queue.producer import Queue
+from s3queue.producing.producer import Queue
 from s3queue.storage.s3 import S3Storage
 
 from bench.local import LocalRun, Tracker, noop

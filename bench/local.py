@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from s3queue.events import Event
+from s3queue.common.events import Event
 from s3queue.local.runtime import RunSummary, run_local
 from s3queue.storage.base import Storage
 

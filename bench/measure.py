@@ -10,7 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from s3queue.local.metering import RequestCounter
-from s3queue.producer import Queue
+from s3queue.producing.producer import Queue
 
 BILLED = ("PUT", "GET", "HEAD", "LIST", "DELETE", "POST")
 """The request kinds reported (OTHER is never seen in these runs)."""

@@ -29,7 +29,7 @@ from typing import Any
 from s3queue.errors import S3QueueError
 from s3queue.local.metering import RequestCounter
 from s3queue.local.runtime import run_local
-from s3queue.producer import Queue
+from s3queue.producing.producer import Queue
 from s3queue.storage.s3 import S3Storage
 
 from bench.plan import Plan

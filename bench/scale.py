@@ -17,12 +17,12 @@ import time
 from collections import Counter
 from typing import Any
 
-from s3queue.config import QueueSettings
-from s3queue.coordinator import Coordinator
-from s3queue.keys import MsgKey, QueueKeys
-from s3queue.model import encode_records, record_for
+from s3queue.contract.settings import QueueSettings
+from s3queue.dispatching.coordinator import Coordinator
+from s3queue.protocol.keys import MsgKey, QueueKeys
+from s3queue.protocol.records import encode_records, record_for
 from s3queue.storage.s3 import S3Storage
-from s3queue.worker import Worker
+from s3queue.working.worker import Worker
 
 from bench.local import noop
 from bench.measure import Meter, load, percentile

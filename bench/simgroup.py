@@ -6,7 +6,7 @@ second, open loop (a caller whose next call is due while its last one still wait
 object calls as soon as it returns, so the callers bound what is offered; none calls after the
 load's end). The queue is deployed with the stack's defaults and drains until every message
 started. The batcher's waits (its window, each caller's wait for its object) pass in virtual
-time: the simulated clock offers `SimClock.condition`, which `s3queue.batching` waits on.
+time: the simulated clock offers `SimClock.condition`, which `s3queue.producing.batching` waits on.
 
 Reported: durable messages a second, messages per object, the `enqueue` call's latency (call to
 return: its object acknowledged), enqueue to handler start, S3 requests per message by kind and
@@ -22,10 +22,10 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
-from s3queue.config import QueueSettings
+from s3queue.common.events import Event
+from s3queue.contract.settings import QueueSettings
 from s3queue.errors import S3QueueError
-from s3queue.events import Event
-from s3queue.producer import Queue
+from s3queue.producing.producer import Queue
 
 from bench import simmeasure
 from bench.measure import summarize_ms

@@ -30,7 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from s3queue.guard import WorkerKilled
+from s3queue.working.guard import WorkerKilled
 
 Timer = Callable[[], None]
 
@@ -242,7 +242,7 @@ class SimClock:
         self.kernel.wait(max(seconds, 0.0) * 1000, "sleep")
 
     def condition(self) -> SimCondition:
-        """What group commit (`s3queue.batching`) waits on: a condition on virtual time."""
+        """What group commit (`producing.batching`) waits on: a condition on virtual time."""
         return SimCondition(self.kernel, "group commit")
 
 

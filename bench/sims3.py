@@ -24,7 +24,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from botocore.exceptions import ClientError
-from s3queue.clock import Clock
+from s3queue.common.clock import Clock
 from s3queue.errors import Conflict
 from s3queue.storage.memory import MemoryStorage
 from s3queue.storage.s3 import S3Storage

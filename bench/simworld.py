@@ -26,16 +26,16 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from s3queue.config import CoordinatorSettings, QueueSettings
-from s3queue.coordinator import Coordinator
+from s3queue.common.events import Event
+from s3queue.contract.settings import CoordinatorSettings, QueueSettings
+from s3queue.dispatching.coordinator import Coordinator
+from s3queue.dispatching.invoke import LambdaInvoker
+from s3queue.dispatching.service import Gauges, hot_queues, serve
+from s3queue.dispatching.sizing import Pace
 from s3queue.errors import S3QueueError
-from s3queue.events import Event
-from s3queue.invoke import LambdaInvoker
-from s3queue.model import Message
-from s3queue.producer import Queue
-from s3queue.service import Gauges, hot_queues, serve
-from s3queue.sizing import Pace
-from s3queue.worker import Worker
+from s3queue.message import Message
+from s3queue.producing.producer import Queue
+from s3queue.working.worker import Worker
 
 from bench.simaws import Model
 from bench.simkernel import Kernel, SimClock

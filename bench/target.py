@@ -22,8 +22,8 @@ from importlib import metadata
 from types import TracebackType
 from typing import Any
 
-from s3queue.admin import iter_keys
 from s3queue.local.seaweed import ANY_CREDENTIALS, EmbeddedS3
+from s3queue.operations.admin import iter_keys
 from s3queue.storage.s3 import S3Storage, make_client
 
 Done = Callable[[int], None]

@@ -24,7 +24,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from s3queue.producer import Queue
+from s3queue.producing.producer import Queue
 from s3queue.storage.s3 import S3Storage
 
 from bench.local import LocalRun, Tracker, noop

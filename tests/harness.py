@@ -7,16 +7,16 @@ import random
 from collections.abc import Callable
 from typing import Any, ClassVar
 
-from s3queue.clock import FakeClock
-from s3queue.concurrency import in_order
-from s3queue.config import CoordinatorSettings, QueueSettings
-from s3queue.coordinator import Coordinator, TickResult
-from s3queue.events import Event
-from s3queue.guard import WorkerKilled
-from s3queue.model import Message
-from s3queue.producer import Queue
+from s3queue.common.clock import FakeClock
+from s3queue.common.concurrency import in_order
+from s3queue.common.events import Event
+from s3queue.contract.settings import CoordinatorSettings, QueueSettings
+from s3queue.dispatching.coordinator import Coordinator, TickResult
+from s3queue.message import Message
+from s3queue.producing.producer import Queue
 from s3queue.storage import MemoryStorage, Storage
-from s3queue.worker import Worker, WorkResult
+from s3queue.working.guard import WorkerKilled
+from s3queue.working.worker import Worker, WorkResult
 
 QUEUE = "jobs"
 

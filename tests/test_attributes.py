@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 from harness import Harness, Recorder
 from s3queue import InvalidArgument, Message, PermanentError, run_local
-from s3queue.config import QueueSettings
-from s3queue.producer import Queue
+from s3queue.contract.settings import QueueSettings
+from s3queue.producing.producer import Queue
 from s3queue.storage import MemoryStorage
 
 INBOX_KEY = "s3queue/jobs/inbox/order-7.json"

@@ -12,10 +12,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from s3queue.config import QueueSettings
+from s3queue.contract.settings import QueueSettings
+from s3queue.dispatching.invoke import LambdaInvoker
 from s3queue.errors import StorageError
-from s3queue.invoke import LambdaInvoker
-from s3queue.producer import Queue
+from s3queue.producing.producer import Queue
 from s3queue.storage import MemoryStorage
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root: bench/

@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 from harness import CountingStorage, Harness, Recorder
-from s3queue.clock import FakeClock
-from s3queue.config import QueueSettings
+from s3queue.common.clock import FakeClock
+from s3queue.contract.settings import QueueSettings
 from s3queue.local.metering import RequestCounter
 from s3queue.storage import MemoryStorage, Storage
 from s3queue.storage.s3 import S3Storage

@@ -6,11 +6,11 @@ import threading
 from typing import Any
 
 import pytest
-from s3queue.coordinator import Coordinator
-from s3queue.model import Message
-from s3queue.producer import Queue
+from s3queue.dispatching.coordinator import Coordinator
+from s3queue.message import Message
+from s3queue.producing.producer import Queue
 from s3queue.storage.s3 import S3Storage
-from s3queue.worker import Worker
+from s3queue.working.worker import Worker
 
 pytestmark = pytest.mark.s3
 

@@ -13,13 +13,13 @@ from typing import Any
 
 import pytest
 from s3queue import PermanentError, Queue, run_local
-from s3queue.keys import QueueKeys
 from s3queue.local.cli import main
 from s3queue.local.commands import parse_body
 from s3queue.local.console import ProgressLine, UsageError
 from s3queue.local.hosting import DataDirBusy, PortBusy
 from s3queue.local.seaweed import EmbeddedS3
-from s3queue.model import Record, decode_records
+from s3queue.protocol.keys import QueueKeys
+from s3queue.protocol.records import Record, decode_records
 from s3queue.storage.s3 import S3Storage
 
 REPO = Path(__file__).resolve().parents[1]

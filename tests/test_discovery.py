@@ -5,8 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from s3queue.config import ConfigError, QueueSettings
-from s3queue.discovery import HandlerSpec, discover_handlers, read_handler
+from s3queue.contract.discovery import HandlerSpec, discover_handlers, read_handler
+from s3queue.contract.settings import QueueSettings
+from s3queue.errors import ConfigError
 
 REPO_HANDLERS = Path(__file__).resolve().parents[1] / "functions" / "handlers"
 

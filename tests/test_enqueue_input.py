@@ -16,10 +16,10 @@ from typing import Any
 import pytest
 from harness import Harness, Recorder
 from s3queue.errors import InvalidArgument, MalformedMessage, S3QueueError
-from s3queue.keys import InvalidName
 from s3queue.local.cli import main
 from s3queue.local.seaweed import EmbeddedS3
-from s3queue.producer import MAX_DELAY, Queue
+from s3queue.producing.producer import MAX_DELAY, Queue
+from s3queue.protocol.keys import InvalidName
 from s3queue.storage import MemoryStorage
 
 BAD_DELAYS = [

@@ -18,7 +18,7 @@ from s3queue import (
     StorageError,
     run_local,
 )
-from s3queue.producer import Queue
+from s3queue.producing.producer import Queue
 from s3queue.storage import MemoryStorage
 
 

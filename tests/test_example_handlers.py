@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 from s3queue import InvalidBody, PermanentError
-from s3queue.model import Message
-from s3queue.typed import Typed, bind
+from s3queue.message import Message
+from s3queue.working.typed import Typed, bind
 
 HANDLERS = Path(__file__).resolve().parents[1] / "functions" / "handlers"
 

@@ -7,14 +7,14 @@ from typing import Any
 
 import pytest
 from harness import Crash, Harness, Recorder
-from s3queue.clock import FakeClock
-from s3queue.concurrency import in_order
-from s3queue.config import CoordinatorSettings, QueueSettings
-from s3queue.coordinator import Coordinator, TickResult
+from s3queue.common.clock import FakeClock
+from s3queue.common.concurrency import in_order
+from s3queue.contract.settings import CoordinatorSettings, QueueSettings
+from s3queue.dispatching.coordinator import Coordinator, TickResult
+from s3queue.dispatching.scan import Candidate
 from s3queue.errors import Conflict, Consumed
-from s3queue.lease import PENDING, LeaseDoc, read_lease
-from s3queue.model import Message
-from s3queue.scan import Candidate
+from s3queue.message import Message
+from s3queue.protocol.lease import PENDING, LeaseDoc, read_lease
 from s3queue.storage import MemoryStorage
 
 VIS = 30.0
@@ -312,7 +312,7 @@ class LostResponses(MemoryStorage):
 
 @pytest.mark.parametrize("where", ["msg/", "tickets/", "coordinator"])
 def test_write_with_lost_response_is_recognised_as_own(where: str) -> None:
-    from s3queue.clock import FakeClock
+    from s3queue.common.clock import FakeClock
 
     clock = FakeClock()
     storage = LostResponses(clock, [where])
@@ -358,7 +358,7 @@ def test_worker_on_a_committed_ticket_applies_it() -> None:
     h.queue.enqueue("x")
     h.tick()
     payload = h.invocations[0]
-    real = __import__("s3queue.worker", fromlist=["apply_ticket"])
+    real = __import__("s3queue.working.worker", fromlist=["apply_ticket"])
     original = real.apply_ticket
 
     def die(*args, **kwargs):  # type: ignore[no-untyped-def]
@@ -424,7 +424,7 @@ def test_late_apply_cannot_revive_a_consumed_retry_copy() -> None:
     h = Harness(settings=QueueSettings(backoff_base=0.001, backoff_cap=0.001))
     h.queue.enqueue("flaky")
     h.tick()
-    worker_module = __import__("s3queue.worker", fromlist=["apply_ticket"])
+    worker_module = __import__("s3queue.working.worker", fromlist=["apply_ticket"])
     real_apply, paused = worker_module.apply_ticket, []
     worker_module.apply_ticket = lambda *args: paused.append(args)
     handler = Recorder(fail=lambda m: RuntimeError("once") if m.attempt == 1 else None)
@@ -597,7 +597,7 @@ class FreezeOnGet(MemoryStorage):
 
 
 def test_a_worker_frozen_past_its_lease_does_not_start_another_handler() -> None:
-    from s3queue.clock import FakeClock
+    from s3queue.common.clock import FakeClock
 
     clock = FakeClock()
     storage = FreezeOnGet(clock, "(set below)")

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from harness import QUEUE, Harness, Recorder
-from s3queue.config import QueueSettings
-from s3queue.model import encode_records, record_for
+from s3queue.contract.settings import QueueSettings
+from s3queue.protocol.records import encode_records, record_for
 
 
 def test_enqueue_dispatch_handle_delete() -> None:
@@ -101,7 +101,9 @@ def test_explicit_id_enqueue_is_idempotent() -> None:
 def test_explicit_id_survives_a_crash_between_marker_and_message() -> None:
     # GIVEN the first enqueue wrote its marker and died before the message PUT
     h = Harness()
-    key = h.queue.keys.msg_key(__import__("s3queue.keys").keys.MsgKey(h.clock.now_ms(), "x1"))
+    key = h.queue.keys.msg_key(
+        __import__("s3queue.protocol.keys", fromlist=["MsgKey"]).MsgKey(h.clock.now_ms(), "x1")
+    )
     h.storage.put(
         h.queue.keys.marker("x1"),
         b'{"v":1,"token":"t","state":"pending","key":"%s"}' % key.encode(),

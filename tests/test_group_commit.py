@@ -1,4 +1,4 @@
-"""Group commit (`s3queue.batching`): concurrent enqueues share one PUT; failures reach every
+"""Group commit (`producing.batching`): concurrent enqueues share one PUT; failures reach every
 caller an object carried, and only them; explicit ids and groups keep their semantics."""
 
 from __future__ import annotations
@@ -11,12 +11,13 @@ from typing import Any
 import pytest
 from harness import CountingStorage, Harness, Recorder
 from s3queue import InvalidArgument, MalformedMessage, Queue, StorageError
-from s3queue.batching import MAX_WINDOW, GroupCommit
-from s3queue.clock import FakeClock
-from s3queue.config import QueueSettings
-from s3queue.keys import new_id
+from s3queue.common.clock import FakeClock
+from s3queue.contract.settings import QueueSettings
 from s3queue.local.metering import RequestCounter
-from s3queue.model import Message, decode_records, record_for
+from s3queue.message import Message
+from s3queue.producing.batching import MAX_WINDOW, GroupCommit
+from s3queue.protocol.keys import new_id
+from s3queue.protocol.records import decode_records, record_for
 from s3queue.storage import MemoryStorage, Storage
 from s3queue.storage.s3 import S3Storage
 from test_budget import drain_costs

@@ -16,12 +16,12 @@ from typing import Any
 import pytest
 from harness import Harness, Recorder
 from s3queue import Queue, run_local
-from s3queue.config import QueueSettings
-from s3queue.guard import WorkerKilled
+from s3queue.contract.settings import QueueSettings
 from s3queue.local.runtime import LocalContext
-from s3queue.model import Message
+from s3queue.message import Message
 from s3queue.storage import MemoryStorage
-from s3queue.worker import WorkResult
+from s3queue.working.guard import WorkerKilled
+from s3queue.working.worker import WorkResult
 
 
 class Custom(BaseException):

@@ -25,7 +25,7 @@ from aws_lambda_powertools.utilities.idempotency.exceptions import (
     IdempotencyPersistenceLayerError,
     IdempotencyValidationError,
 )
-from s3queue.clock import FakeClock, SystemClock
+from s3queue.common.clock import FakeClock, SystemClock
 from s3queue.idempotency import S3PersistenceLayer
 from s3queue.storage import MemoryStorage, Object
 

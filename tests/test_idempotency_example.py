@@ -10,7 +10,7 @@ from types import ModuleType
 
 import pytest
 from s3queue.local.seaweed import ANY_CREDENTIALS, EmbeddedS3
-from s3queue.model import Message
+from s3queue.message import Message
 from s3queue.storage.s3 import S3Storage
 
 pytestmark = pytest.mark.s3

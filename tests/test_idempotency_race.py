@@ -14,7 +14,7 @@ from aws_lambda_powertools.utilities.idempotency import IdempotencyConfig, idemp
 from aws_lambda_powertools.utilities.idempotency.exceptions import (
     IdempotencyAlreadyInProgressError,
 )
-from s3queue.clock import FakeClock, SystemClock
+from s3queue.common.clock import FakeClock, SystemClock
 from s3queue.idempotency import S3PersistenceLayer
 from s3queue.storage.s3 import S3Storage
 

@@ -14,11 +14,11 @@ from typing import Any
 
 import pytest
 from s3queue import run_local
-from s3queue.coordinator import Coordinator
+from s3queue.dispatching.coordinator import Coordinator
 from s3queue.local.cli import main
 from s3queue.local.seaweed import EmbeddedS3
-from s3queue.model import Message
-from s3queue.producer import Queue
+from s3queue.message import Message
+from s3queue.producing.producer import Queue
 from s3queue.storage import MemoryStorage, Page
 from s3queue.storage.s3 import S3Storage
 

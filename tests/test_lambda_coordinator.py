@@ -20,13 +20,15 @@ from lambda_support import (
     scheduled_event,
 )
 from moto.awslambda_simple.models import LambdaSimpleBackend
-from s3queue.clock import FakeClock, SystemClock
-from s3queue.config import ConfigError, QueueMap, QueueSettings
-from s3queue.coordinator import Coordinator
-from s3queue.invoke import InvokeFailed, LambdaInvoker
-from s3queue.lease import read_lease
+from s3queue.common.clock import FakeClock, SystemClock
+from s3queue.contract.environment import QueueMap
+from s3queue.contract.settings import QueueSettings
+from s3queue.dispatching.coordinator import Coordinator
+from s3queue.dispatching.invoke import InvokeFailed, LambdaInvoker
+from s3queue.errors import ConfigError
 from s3queue.local.metering import RequestCounter
-from s3queue.producer import Queue
+from s3queue.producing.producer import Queue
+from s3queue.protocol.lease import read_lease
 from s3queue.storage.s3 import S3Storage, make_client
 
 pytestmark = pytest.mark.filterwarnings("ignore:No application metrics to publish")

@@ -21,15 +21,15 @@ from lambda_support import (
     moto_aws,
     restoring_logging,
 )
-from s3queue.clock import FakeClock, SystemClock
-from s3queue.config import QueueSettings
-from s3queue.coordinator import Coordinator
+from s3queue.common.clock import FakeClock, SystemClock
+from s3queue.contract.settings import QueueSettings
+from s3queue.dispatching.coordinator import Coordinator
 from s3queue.errors import S3QueueError
-from s3queue.guard import WorkerKilled
-from s3queue.model import Message
-from s3queue.producer import Queue
+from s3queue.message import Message
+from s3queue.producing.producer import Queue
 from s3queue.storage.s3 import S3Storage
-from s3queue.worker import Worker
+from s3queue.working.guard import WorkerKilled
+from s3queue.working.worker import Worker
 
 # An invocation that processed no message publishes no metric: Powertools warns, rightly.
 pytestmark = pytest.mark.filterwarnings("ignore:No application metrics to publish")

@@ -11,12 +11,12 @@ from typing import Any
 import pytest
 from harness import CountingStorage, Harness
 from s3queue import PermanentError, Queue
-from s3queue.admin import TicketCache, stats
 from s3queue.errors import EndpointUnreachable
 from s3queue.local import dev, monitor
 from s3queue.local.pool import WorkerPool
 from s3queue.local.runtime import run_local
-from s3queue.model import Message
+from s3queue.message import Message
+from s3queue.operations.admin import TicketCache, stats
 from s3queue.storage import MemoryStorage
 from s3queue.storage.base import Page
 from s3queue.storage.s3 import make_client

@@ -6,9 +6,9 @@ import json
 from typing import Any
 
 from harness import QUEUE, Harness, Recorder
-from s3queue.config import QueueSettings
-from s3queue.events import Event
-from s3queue.producer import Queue
+from s3queue.common.events import Event
+from s3queue.contract.settings import QueueSettings
+from s3queue.producing.producer import Queue
 
 
 def test_group_in_order_one_in_flight() -> None:

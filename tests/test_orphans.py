@@ -12,11 +12,11 @@ from typing import Any
 import pytest
 from harness import Harness, Recorder
 from s3queue import Message, PermanentError
-from s3queue.clock import FakeClock
-from s3queue.config import QueueSettings
-from s3queue.keys import MsgKey, new_id
-from s3queue.model import Payload, Record, encode_records
-from s3queue.orphans import DEFAULT_GRACE_MS, collect_orphans
+from s3queue.common.clock import FakeClock
+from s3queue.contract.settings import QueueSettings
+from s3queue.operations.orphans import DEFAULT_GRACE_MS, collect_orphans
+from s3queue.protocol.keys import MsgKey, new_id
+from s3queue.protocol.records import Payload, Record, encode_records
 from s3queue.storage import MemoryStorage
 from s3queue.storage.base import new_token
 from s3queue.storage.s3 import S3Storage

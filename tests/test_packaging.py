@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from s3queue.packaging import LAYER_EXCLUDES, shipped
+from s3queue.contract.packaging import LAYER_EXCLUDES, shipped
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root: bench/
 
@@ -21,7 +21,7 @@ ENTRY_POINTS = [("worker", "worker.app"), ("coordinator", "app")]
 @pytest.mark.parametrize(
     ("path", "expected"),
     [
-        ("python/s3queue/worker.py", True),
+        ("python/s3queue/working/worker.py", True),
         ("python/s3queue/storage/s3.py", True),
         ("python/s3queue/local", False),
         ("python/s3queue/local/cli.py", False),
@@ -44,7 +44,7 @@ def test_function_imports_no_local_module(tmp_path: Path, root: str, module: str
     # GIVEN the layer copied as the asset ships it (no s3queue/local/ at all) and the functions
     copy = coldstart._copy_code(tmp_path)
     assert not (copy / "python" / "s3queue" / "local").exists()
-    assert (copy / "python" / "s3queue" / "worker.py").is_file()
+    assert (copy / "python" / "s3queue" / "working" / "worker.py").is_file()
     # WHEN the function's app module is imported in a fresh interpreter, as Lambda does
     code = (
         f"import json, sys, {module}, s3queue; "

@@ -7,12 +7,12 @@ import time
 
 import pytest
 from harness import Harness, Recorder
-from s3queue.clock import FakeClock
-from s3queue.config import CoordinatorSettings, QueueSettings
-from s3queue.coordinator import fair_shares
+from s3queue.common.clock import FakeClock
+from s3queue.contract.settings import CoordinatorSettings, QueueSettings
+from s3queue.dispatching.coordinator import fair_shares
+from s3queue.dispatching.probe import probe
 from s3queue.errors import InvalidArgument
-from s3queue.model import Message
-from s3queue.probe import probe
+from s3queue.message import Message
 from s3queue.storage.s3 import S3Storage
 
 BIG, SMALL = 5_000, 10

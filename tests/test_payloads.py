@@ -13,8 +13,8 @@ from typing import Any, BinaryIO
 import pytest
 from harness import Harness, Recorder, Unseekable
 from s3queue import Message, PermanentError, StorageError, run_local
-from s3queue.config import QueueSettings
-from s3queue.producer import Queue
+from s3queue.contract.settings import QueueSettings
+from s3queue.producing.producer import Queue
 from s3queue.storage import MemoryStorage
 
 KiB = 1024

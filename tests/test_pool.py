@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 from s3queue.local.seaweed import EmbeddedS3
-from s3queue.producer import Queue
+from s3queue.producing.producer import Queue
 from s3queue.storage.s3 import S3Storage
 
 pytestmark = pytest.mark.s3

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from harness import CountingStorage, Harness, Recorder
-from s3queue.config import QueueSettings
-from s3queue.pull import Puller
+from s3queue.contract.settings import QueueSettings
+from s3queue.working.pull import Puller
 
 
 def test_a_puller_finds_pending_tickets_and_a_worker_claims_them() -> None:

@@ -8,8 +8,8 @@ import random
 import pytest
 from harness import Harness, Recorder
 from s3queue import PermanentError
-from s3queue.backoff import backoff_bound, compute_backoff
-from s3queue.config import QueueSettings
+from s3queue.common.backoff import backoff_bound, compute_backoff
+from s3queue.contract.settings import QueueSettings
 
 
 def test_backoff_is_full_jitter_within_exponential_bound() -> None:

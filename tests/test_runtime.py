@@ -10,12 +10,12 @@ from typing import Any
 
 import pytest
 from s3queue import PermanentError, Queue, run_local
-from s3queue.config import ConfigError, QueueSettings
-from s3queue.errors import BucketNotFound
+from s3queue.contract.settings import QueueSettings
+from s3queue.errors import BucketNotFound, ConfigError
 from s3queue.local.loader import load_handlers
 from s3queue.local.runtime import RunSummary
 from s3queue.local.seaweed import EmbeddedS3
-from s3queue.model import Message
+from s3queue.message import Message
 from s3queue.storage import MemoryStorage
 from s3queue.storage.s3 import S3Storage
 

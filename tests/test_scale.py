@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 from harness import CountingStorage, Harness, Recorder
-from s3queue.clock import FakeClock
-from s3queue.config import CoordinatorSettings, QueueSettings
-from s3queue.keys import MsgKey
-from s3queue.model import encode_records, record_for
+from s3queue.common.clock import FakeClock
+from s3queue.contract.settings import CoordinatorSettings, QueueSettings
+from s3queue.protocol.keys import MsgKey
+from s3queue.protocol.records import encode_records, record_for
 from s3queue.storage import MemoryStorage
 
 

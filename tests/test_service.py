@@ -10,20 +10,20 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from s3queue import metric_names
-from s3queue.clock import FakeClock
-from s3queue.concurrency import Threads, in_order
-from s3queue.config import QueueSettings
-from s3queue.coordinator import Coordinator
+from s3queue.common.clock import FakeClock
+from s3queue.common.concurrency import Threads, in_order
+from s3queue.common.events import Event
+from s3queue.contract import metric_names
+from s3queue.contract.names import queue_of_key
+from s3queue.contract.settings import QueueSettings
+from s3queue.dispatching.coordinator import Coordinator
+from s3queue.dispatching.service import Gauges, ServeSettings, serve
 from s3queue.errors import BucketNotFound, EndpointUnreachable, StorageError
-from s3queue.events import Event
-from s3queue.lease import read_lease
-from s3queue.model import Message
-from s3queue.names import queue_of_key
-from s3queue.producer import Queue
-from s3queue.service import Gauges, ServeSettings, serve
+from s3queue.message import Message
+from s3queue.producing.producer import Queue
+from s3queue.protocol.lease import read_lease
 from s3queue.storage import MemoryStorage
-from s3queue.worker import Worker
+from s3queue.working.worker import Worker
 
 Failure = Callable[[str, tuple[Any, ...]], Exception | None]
 OPERATIONS = ("get", "head", "put", "delete", "delete_many", "list")

@@ -7,9 +7,10 @@ from collections import Counter
 
 import pytest
 from harness import Harness, Recorder
-from s3queue.config import ConfigError, QueueSettings
-from s3queue.model import Message
-from s3queue.sizing import GROWN_BYTES, Pace, Sizes, most, sizes
+from s3queue.contract.settings import QueueSettings
+from s3queue.dispatching.sizing import GROWN_BYTES, Pace, Sizes, most, sizes
+from s3queue.errors import ConfigError
+from s3queue.message import Message
 
 
 def refs_per_ticket(h: Harness) -> list[int]:

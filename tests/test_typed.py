@@ -1,4 +1,4 @@
-"""Typed messages: a handler declares a pydantic model of its body (`s3queue.typed`)."""
+"""Typed messages: a handler declares a pydantic model of its body (`s3queue.working.typed`)."""
 
 from __future__ import annotations
 
@@ -16,11 +16,12 @@ from harness import Harness
 from lambda_support import BUCKET, FakeContext, load_worker_app, moto_aws, restoring_logging
 from pydantic import BaseModel, PositiveInt
 from s3queue import InvalidBody, Message, PermanentError, Queue, run_local
-from s3queue.config import ConfigError, QueueSettings
-from s3queue.coordinator import Coordinator
+from s3queue.contract.settings import QueueSettings
+from s3queue.dispatching.coordinator import Coordinator
+from s3queue.errors import ConfigError
 from s3queue.local.loader import load_handlers
 from s3queue.storage.s3 import S3Storage
-from s3queue.typed import Typed, bind, declared_model
+from s3queue.working.typed import Typed, bind, declared_model
 
 FAST = {"backoff_base": 0.05, "backoff_cap": 0.2}
 
@@ -156,9 +157,9 @@ def test_untyped_handlers_never_import_pydantic() -> None:
     code = textwrap.dedent(
         """
         import sys
-        from s3queue.model import Message
-        from s3queue.typed import bind
-        from s3queue.worker import Worker
+        from s3queue.message import Message
+        from s3queue.working.typed import bind
+        from s3queue.working.worker import Worker
 
         def handle(message: Message) -> None: ...
 

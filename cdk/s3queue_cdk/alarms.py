@@ -10,7 +10,7 @@ from __future__ import annotations
 from aws_cdk import Aws, Duration
 from aws_cdk import aws_cloudwatch as cw
 from constructs import Construct
-from s3queue import metric_names
+from s3queue.contract import metric_names
 
 ALARM_PERIOD = Duration.minutes(5)
 DAY_SECONDS = 86_400

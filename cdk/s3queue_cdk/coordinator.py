@@ -12,7 +12,8 @@ from aws_cdk import aws_kms as kms
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_s3 as s3
 from constructs import Construct
-from s3queue.config import ENV_BUCKET, ENV_PREFIX, ENV_QUEUES, QueueMap, QueueSettings
+from s3queue.contract.environment import ENV_BUCKET, ENV_PREFIX, ENV_QUEUES, QueueMap
+from s3queue.contract.settings import QueueSettings
 
 from s3queue_cdk.functions import QueueFunction
 

@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from aws_cdk import Duration, Stack
 from aws_cdk import aws_cloudwatch as cw
 from constructs import Construct
-from s3queue import metric_names
+from s3queue.contract import metric_names
 
 from s3queue_cdk.alarms import LAMBDA_NAMESPACE, alarm_arn, lambda_metric
 

@@ -10,8 +10,8 @@ from aws_cdk import aws_kms as kms
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
 from constructs import Construct
-from s3queue import metric_names
-from s3queue.config import ConfigError
+from s3queue.contract import metric_names
+from s3queue.errors import ConfigError
 
 from s3queue_cdk.acknowledgements import acknowledge
 

@@ -7,7 +7,7 @@ from pathlib import Path
 from aws_cdk import Aws
 from aws_cdk import aws_lambda as lambda_
 from constructs import Construct
-from s3queue.packaging import LAYER_EXCLUDES
+from s3queue.contract.packaging import LAYER_EXCLUDES
 
 from s3queue_cdk.functions import ARCHITECTURE, RUNTIME
 

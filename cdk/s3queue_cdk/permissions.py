@@ -13,8 +13,8 @@ from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
 from aws_cdk import aws_s3 as s3
 from constructs import Construct
-from s3queue import names
-from s3queue.config import ConfigError
+from s3queue.contract import names
+from s3queue.errors import ConfigError
 
 from s3queue_cdk.acknowledgements import acknowledge, arn_reference
 

@@ -24,8 +24,8 @@ from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_s3 as s3
 from aws_cdk import aws_sns as sns
 from constructs import Construct
-from s3queue import names
-from s3queue.config import HandlerSpec
+from s3queue.contract import names
+from s3queue.contract.discovery import HandlerSpec
 
 from s3queue_cdk import alarms, permissions
 from s3queue_cdk.workers import Worker, deployed_settings, worker_code

@@ -7,8 +7,9 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from constructs import Node
-from s3queue.config import DEFAULT_PREFIX, ConfigError
-from s3queue.names import STACK_NAME
+from s3queue.contract.names import STACK_NAME
+from s3queue.contract.settings import DEFAULT_PREFIX
+from s3queue.errors import ConfigError
 
 CONTEXT_PREFIX = "s3queue:"
 _PREFIX = re.compile(r"[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)*")

@@ -8,8 +8,9 @@ from typing import Any
 from aws_cdk import Aws, CfnOutput, Duration, RemovalPolicy, Stack
 from aws_cdk import aws_iam as iam
 from constructs import Construct
-from s3queue import names
-from s3queue.config import ConfigError, HandlerSpec, discover_handlers
+from s3queue.contract import names
+from s3queue.contract.discovery import HandlerSpec, discover_handlers
+from s3queue.errors import ConfigError
 
 from s3queue_cdk import alarms, permissions
 from s3queue_cdk.coordinator import Coordinator

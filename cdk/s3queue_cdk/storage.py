@@ -9,7 +9,7 @@ from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
 from aws_cdk import aws_s3 as s3
 from constructs import Construct
-from s3queue import names
+from s3queue.contract import names
 
 LIFECYCLE_RULES_MAX = 1000
 """S3's limit of lifecycle rules per bucket: two per queue, three for the bucket."""

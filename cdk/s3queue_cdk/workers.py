@@ -12,14 +12,9 @@ from aws_cdk import aws_kms as kms
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_s3 as s3
 from constructs import Construct
-from s3queue.config import (
-    ENV_BUCKET,
-    ENV_PREFIX,
-    ENV_QUEUE,
-    ENV_SETTINGS,
-    HandlerSpec,
-    QueueSettings,
-)
+from s3queue.contract.discovery import HandlerSpec
+from s3queue.contract.environment import ENV_BUCKET, ENV_PREFIX, ENV_QUEUE, ENV_SETTINGS
+from s3queue.contract.settings import QueueSettings
 
 from s3queue_cdk.functions import QueueFunction
 

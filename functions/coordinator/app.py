@@ -15,14 +15,16 @@ from typing import Any
 from aws_lambda_powertools import Logger, Tracer
 from aws_lambda_powertools.metrics import EphemeralMetrics, MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
-from s3queue import metric_names
-from s3queue.clock import Clock, SystemClock
-from s3queue.concurrency import Threads
-from s3queue.config import ENV_QUEUES, ConfigError, CoordinatorSettings, Environment, QueueSettings
-from s3queue.coordinator import Coordinator
-from s3queue.invoke import LambdaInvoker
-from s3queue.service import Gauges, created_key, hot_queues, serve
-from s3queue.sizing import Pace
+from s3queue.common.clock import Clock, SystemClock
+from s3queue.common.concurrency import Threads
+from s3queue.contract import metric_names
+from s3queue.contract.environment import ENV_QUEUES, Environment
+from s3queue.contract.settings import CoordinatorSettings, QueueSettings
+from s3queue.dispatching.coordinator import Coordinator
+from s3queue.dispatching.invoke import LambdaInvoker
+from s3queue.dispatching.service import Gauges, created_key, hot_queues, serve
+from s3queue.dispatching.sizing import Pace
+from s3queue.errors import ConfigError
 from s3queue.storage.s3 import S3Storage, make_client, make_lambda_client
 
 logger = Logger(service=metric_names.SERVICE)

@@ -26,7 +26,7 @@ from typing import Any
 
 from aws_lambda_powertools.utilities.idempotency import IdempotencyConfig, idempotent_function
 from s3queue import Message, PermanentError
-from s3queue.config import ENV_BUCKET
+from s3queue.contract.environment import ENV_BUCKET
 from s3queue.idempotency import S3PersistenceLayer
 
 SETTINGS = {

@@ -3,7 +3,7 @@
 Event: one ticket payload ``{queue, ticket, etag, doc}``, or ``{"tickets": [payload, ...]}``.
 Configuration is read once per container (``S3QUEUE_*``); the handler module is
 ``handlers.<queue>``; a handler that declares a pydantic model of its body gets bodies
-validated and parsed (`s3queue.typed`). A Lambda timeout loses nothing: the worker stops
+validated and parsed (`s3queue.working.typed`). A Lambda timeout loses nothing: the worker stops
 handling messages when the remaining time runs short (releasing the rest untouched), and the
 ticket's lease lets the coordinator redeliver anything a killed invocation held.
 """
@@ -19,14 +19,14 @@ from typing import Any
 from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
-from s3queue import metric_names
-from s3queue.config import ConfigError, Environment
-from s3queue.errors import S3QueueError
-from s3queue.events import Event
+from s3queue.common.events import Event
+from s3queue.common.tally import METRICS, Tally
+from s3queue.contract import metric_names
+from s3queue.contract.environment import Environment
+from s3queue.errors import ConfigError, S3QueueError
 from s3queue.storage.s3 import S3Storage, make_client
-from s3queue.tally import METRICS, Tally
-from s3queue.typed import bind
-from s3queue.worker import Handler, Worker, WorkResult
+from s3queue.working.typed import bind
+from s3queue.working.worker import Handler, Worker, WorkResult
 
 # An invocation whose tickets were all gone or busy has no metrics: that is normal.
 warnings.filterwarnings("ignore", message="No application metrics to publish")

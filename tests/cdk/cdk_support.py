@@ -22,7 +22,7 @@ sys.path.insert(0, str(REPO / "cdk"))
 
 from aws_cdk import App, Stack, assertions  # noqa: E402
 from aws_cdk import aws_iam as iam  # noqa: E402
-from s3queue.config import ENV_QUEUE  # noqa: E402
+from s3queue.contract.environment import ENV_QUEUE  # noqa: E402
 from s3queue_cdk.app import build  # noqa: E402
 from s3queue_cdk.stack import FUNCTIONS_DIR, S3QueueStack  # noqa: E402
 

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 from cdk_support import Synth, render, synth
-from s3queue.config import ConfigError, QueueMap
+from s3queue.contract.environment import QueueMap
+from s3queue.errors import ConfigError
 from s3queue_cdk.stack import FUNCTIONS_DIR
 
 pytestmark = pytest.mark.cdk

@@ -18,7 +18,7 @@ def test_layer_asset_ships_the_core_without_local_tools(default: Synth) -> None:
     # WHEN we read the files of the asset the layer points at
     files = {p.relative_to(asset).as_posix() for p in asset.rglob("*") if p.is_file()}
     # THEN the core is there, and nothing of s3queue/local/ nor any bytecode
-    assert {"python/s3queue/__init__.py", "python/s3queue/worker.py"} <= files
+    assert {"python/s3queue/__init__.py", "python/s3queue/working/worker.py"} <= files
     assert "python/s3queue/storage/s3.py" in files
     assert not [f for f in files if f.startswith("python/s3queue/local")]
     assert not [f for f in files if "__pycache__" in f or f.endswith(".pyc")]

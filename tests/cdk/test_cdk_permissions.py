@@ -7,7 +7,9 @@ from typing import Any
 import pytest
 from cdk_support import Synth, render
 from rehearsal import allowed
-from s3queue.config import ConfigError, Environment, discover_handlers
+from s3queue.contract.discovery import discover_handlers
+from s3queue.contract.environment import Environment
+from s3queue.errors import ConfigError
 from s3queue.idempotency import records_root
 from s3queue_cdk.stack import FUNCTIONS_DIR
 

@@ -8,18 +8,18 @@ from typing import Any
 import pytest
 from aws_cdk import assertions
 from cdk_support import Synth, render
-from s3queue import metric_names
-from s3queue.config import (
+from s3queue.contract import metric_names
+from s3queue.contract.discovery import discover_handlers
+from s3queue.contract.environment import (
     ENV_BUCKET,
     ENV_PREFIX,
     ENV_QUEUE,
     ENV_QUEUES,
     ENV_SETTINGS,
     Environment,
-    QueueSettings,
-    discover_handlers,
 )
-from s3queue.keys import QueueKeys
+from s3queue.contract.settings import QueueSettings
+from s3queue.protocol.keys import QueueKeys
 from s3queue_cdk.stack import FUNCTIONS_DIR
 from s3queue_cdk.workers import deployed_settings
 

@@ -13,7 +13,7 @@ from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_s3 as s3
 from cdk_support import CDK_CONTEXT, Synth, render, synth
-from s3queue.config import ConfigError
+from s3queue.errors import ConfigError
 from s3queue_cdk.app import build
 from s3queue_cdk.functions import QueueFunction, environment_size
 from s3queue_cdk.permissions import grant_enqueue

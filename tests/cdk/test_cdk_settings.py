@@ -7,7 +7,7 @@ from dataclasses import asdict, fields
 import pytest
 from aws_cdk import App
 from cdk_support import CDK_CONTEXT
-from s3queue.config import ConfigError
+from s3queue.errors import ConfigError
 from s3queue_cdk.alarms import silence_window
 from s3queue_cdk.settings import DeploymentSettings, context_key
 

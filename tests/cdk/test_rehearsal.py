@@ -26,7 +26,8 @@ from aws_cdk import App
 from cdk_support import CDK_CONTEXT
 from lambda_service import LambdaService
 from rehearsal import ACCOUNT, REGION, Deployment, allowed, emf_values, requests_of
-from s3queue import Queue, metric_names
+from s3queue import Queue
+from s3queue.contract import metric_names
 from s3queue_cdk.app import build
 
 pytestmark = [pytest.mark.cdk, pytest.mark.s3, pytest.mark.rehearsal]
@@ -248,7 +249,7 @@ def test_an_idle_coordinator_sees_a_plain_put_alone(rehearsed: Rehearsed) -> Non
 
 def test_the_assets_ran_not_the_checkout(rehearsed: Rehearsed) -> None:
     layer = rehearsed.deployment.layer_python
-    assert layer is not None and (layer / "s3queue" / "coordinator.py").is_file()
+    assert layer is not None and (layer / "s3queue" / "dispatching" / "coordinator.py").is_file()
     for function in rehearsed.deployment.functions.values():
         assert Path(function.task_root).is_dir()
         assert "cdk.out" in str(function.task_root)

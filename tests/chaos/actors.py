@@ -18,17 +18,17 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from s3queue.clock import Clock
-from s3queue.concurrency import RunAll
-from s3queue.config import CoordinatorSettings, QueueSettings
-from s3queue.coordinator import Coordinator
+from s3queue.common.clock import Clock
+from s3queue.common.concurrency import RunAll
+from s3queue.contract.settings import CoordinatorSettings, QueueSettings
+from s3queue.dispatching.coordinator import Coordinator
+from s3queue.dispatching.service import ServeSettings, serve
 from s3queue.errors import S3QueueError
-from s3queue.keys import QueueKeys
-from s3queue.producer import Queue
-from s3queue.pull import Puller
-from s3queue.service import ServeSettings, serve
+from s3queue.producing.producer import Queue
+from s3queue.protocol.keys import QueueKeys
 from s3queue.storage.base import Storage
-from s3queue.worker import Worker
+from s3queue.working.pull import Puller
+from s3queue.working.worker import Worker
 
 from chaos import workload
 from chaos.history import History

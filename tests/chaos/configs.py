@@ -6,8 +6,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from s3queue.config import CoordinatorSettings, QueueSettings
-from s3queue.service import ServeSettings
+from s3queue.contract.settings import CoordinatorSettings, QueueSettings
+from s3queue.dispatching.service import ServeSettings
 
 from chaos import workload
 from chaos.process import Hazards

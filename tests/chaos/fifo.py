@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import math
 
-from s3queue.keys import parse_msg_name
+from s3queue.protocol.keys import parse_msg_name
 
 from chaos import reruns
 from chaos import timeline as tl

@@ -30,11 +30,12 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, BinaryIO
 
-from s3queue.admin import iter_keys
+from s3queue.common.events import Event, Listener
 from s3queue.errors import MalformedMessage
-from s3queue.events import Event, Listener
-from s3queue.keys import QueueKeys, parse_msg_name, parse_ticket_name
-from s3queue.model import Ticket, decode_records, foreign_id
+from s3queue.operations.admin import iter_keys
+from s3queue.protocol.keys import QueueKeys, parse_msg_name, parse_ticket_name
+from s3queue.protocol.records import decode_records, foreign_id
+from s3queue.protocol.tickets import Ticket
 from s3queue.storage.base import Head, Object, Page, Storage
 from s3queue.storage.streams import Source
 

@@ -19,12 +19,12 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, BinaryIO
 
-from s3queue.clock import Clock
+from s3queue.common.clock import Clock
 from s3queue.errors import MalformedMessage
-from s3queue.guard import WorkerKilled
-from s3queue.model import Ticket
+from s3queue.protocol.tickets import Ticket
 from s3queue.storage.base import Head, Object, Page, Storage
 from s3queue.storage.streams import Source
+from s3queue.working.guard import WorkerKilled
 
 from chaos.history import History
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
-from s3queue.backoff import backoff_bound
+from s3queue.common.backoff import backoff_bound
 
 from chaos import timeline as tl
 from chaos.report import Expect, Redelivery, Report

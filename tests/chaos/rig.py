@@ -11,15 +11,15 @@ import random
 from collections.abc import Callable
 from typing import Any
 
-from s3queue.clock import FakeClock, SystemClock
-from s3queue.concurrency import in_order
-from s3queue.config import CoordinatorSettings, QueueSettings
-from s3queue.coordinator import Coordinator
+from s3queue.common.clock import FakeClock, SystemClock
+from s3queue.common.concurrency import in_order
+from s3queue.contract.settings import CoordinatorSettings, QueueSettings
+from s3queue.dispatching.coordinator import Coordinator
 from s3queue.errors import S3QueueError
-from s3queue.producer import Queue
+from s3queue.producing.producer import Queue
 from s3queue.storage import MemoryStorage
 from s3queue.storage.base import Storage
-from s3queue.worker import Worker, WorkResult
+from s3queue.working.worker import Worker, WorkResult
 
 from chaos import checker, workload
 from chaos.actors import QUEUE

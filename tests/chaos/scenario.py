@@ -17,8 +17,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
-from s3queue.clock import Clock, FakeClock, SystemClock
-from s3queue.keys import QueueKeys
+from s3queue.common.clock import Clock, FakeClock, SystemClock
+from s3queue.protocol.keys import QueueKeys
 from s3queue.storage import MemoryStorage
 from s3queue.storage.base import Storage
 from s3queue.storage.s3 import S3Storage

@@ -20,7 +20,7 @@ import random
 import threading
 from collections.abc import Callable, Iterator
 
-from s3queue.clock import FakeClock
+from s3queue.common.clock import FakeClock
 
 Body = Callable[["SimActor"], None]
 
@@ -162,7 +162,8 @@ class SeededIds:
 @contextlib.contextmanager
 def patch_ids(seed: int) -> Iterator[None]:
     """Seeded message ids in the producer for the duration (see `SeededIds`)."""
-    from s3queue import batch, producer, writer
+    from s3queue.producing import batch, producer
+    from s3queue.protocol import writer
 
     original = producer.new_id  # type: ignore[attr-defined]
     seeded = SeededIds(seed)

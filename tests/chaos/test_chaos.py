@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from s3queue.config import CoordinatorSettings, QueueSettings
+from s3queue.contract.settings import CoordinatorSettings, QueueSettings
 from s3queue.local.seaweed import EmbeddedS3
 
 from chaos.configs import Config, real_time

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from s3queue.keys import encode_group
+from s3queue.protocol.keys import encode_group
 
 from chaos.checker import Expect, check
 from chaos.history import Entry, FinalState, Pending

@@ -14,11 +14,11 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from s3queue.config import QueueSettings
+from s3queue.contract.settings import QueueSettings
 from s3queue.errors import StorageError
 from s3queue.local.seaweed import EmbeddedS3
-from s3queue.model import Record, encode_records, foreign_id
-from s3queue.producer import Queue
+from s3queue.producing.producer import Queue
+from s3queue.protocol.records import Record, encode_records, foreign_id
 from s3queue.storage.base import Storage
 from s3queue.storage.s3 import S3Storage
 

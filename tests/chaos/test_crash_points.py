@@ -20,8 +20,8 @@ import contextlib
 from collections.abc import Callable
 
 import pytest
-from s3queue.config import QueueSettings
-from s3queue.model import foreign_id
+from s3queue.contract.settings import QueueSettings
+from s3queue.protocol.records import foreign_id
 
 from chaos.process import Crash, CrashAt
 from chaos.rig import Bench

@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from s3queue.keys import parse_msg_name
-from s3queue.model import foreign_id
+from s3queue.protocol.keys import parse_msg_name
+from s3queue.protocol.records import foreign_id
 
 from chaos.history import Entry
 

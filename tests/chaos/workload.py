@@ -29,10 +29,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from s3queue.config import QueueSettings
+from s3queue.contract.settings import QueueSettings
 from s3queue.errors import PermanentError, S3QueueError
-from s3queue.model import Message, foreign_id
-from s3queue.producer import Queue
+from s3queue.message import Message
+from s3queue.producing.producer import Queue
+from s3queue.protocol.records import foreign_id
 
 from chaos.history import History
 from chaos.process import Crash

@@ -114,13 +114,13 @@ class PermanentError(S3QueueError):
 
 
 class InvalidBody(PermanentError):
-    """A body that fails validation against its handler's declared model (`s3queue.typed`):
+    """A body that fails validation against its handler's declared model (`s3queue.working.typed`):
     dead-lettered at once with the validation errors, since no retry can change the body."""
 
 
 class HandlerExit(S3QueueError):
     """A handler raised a BaseException (``sys.exit()``, ``KeyboardInterrupt``, ...): recorded
-    as that message's failure and retried, never a dead worker (see `s3queue.guard`)."""
+    as that message's failure and retried, never a dead worker (see `s3queue.working.guard`)."""
 
 
 class HandlerTimeout(S3QueueError):

@@ -39,9 +39,10 @@ from collections.abc import Mapping
 from typing import Any
 from urllib.parse import quote
 
-from s3queue import names
-from s3queue.clock import Clock, SystemClock
-from s3queue.config import DEFAULT_PREFIX, Environment
+from s3queue.common.clock import Clock, SystemClock
+from s3queue.contract import names
+from s3queue.contract.environment import Environment
+from s3queue.contract.settings import DEFAULT_PREFIX
 from s3queue.errors import Conflict, MalformedMessage
 from s3queue.storage.base import Object, Storage, new_token
 
@@ -237,6 +238,9 @@ class S3PersistenceLayer(BasePersistenceLayer):
     def _owned_etag(self, key: str) -> str | None:
         """The ETag this thread last wrote at `key` (forgotten now); None: unconditional."""
         return self._owned_etags().pop(key, None)
+
+
+__all__ = ["S3PersistenceLayer", "records_root"]
 
 
 def records_root(prefix: str = DEFAULT_PREFIX, queue: str | None = None) -> str:

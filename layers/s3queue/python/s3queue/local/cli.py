@@ -15,7 +15,8 @@ from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 from urllib.parse import urlsplit
 
-from s3queue.config import DEFAULT_PREFIX, ENV_BUCKET, ENV_ENDPOINT_URL, ENV_PREFIX
+from s3queue.contract.environment import ENV_BUCKET, ENV_ENDPOINT_URL, ENV_PREFIX
+from s3queue.contract.settings import DEFAULT_PREFIX
 from s3queue.errors import (
     ConfigError,
     InvalidArgument,

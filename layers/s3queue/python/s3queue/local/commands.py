@@ -9,12 +9,12 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from s3queue import admin
-from s3queue.discovery import discover_handlers
+from s3queue.contract.discovery import discover_handlers
 from s3queue.errors import QueueNotFound
-from s3queue.keys import QueueKeys, check_queue_name
 from s3queue.local.console import Connection, UsageError, print_table
-from s3queue.producer import Queue
+from s3queue.operations import admin
+from s3queue.producing.producer import Queue
+from s3queue.protocol.keys import QueueKeys, check_queue_name
 
 
 def parse_body(text: str, *, require_json: bool = False) -> Any:

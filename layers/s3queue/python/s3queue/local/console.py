@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TextIO
 
 from s3queue.errors import EndpointUnreachable, S3QueueError
-from s3queue.producer import Queue
+from s3queue.producing.producer import Queue
 from s3queue.storage.s3 import S3Storage, make_client
 
 if TYPE_CHECKING:

@@ -16,7 +16,7 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
-from s3queue.discovery import discover_handlers
+from s3queue.contract.discovery import discover_handlers
 from s3queue.local.console import Connection, ProgressLine, UsageError, print_summary
 from s3queue.local.metering import RequestCounter
 from s3queue.local.runtime import RunSummary, run_local

@@ -15,8 +15,8 @@ from dataclasses import replace
 from pathlib import Path
 from types import FrameType
 
-from s3queue.config import CoordinatorSettings
-from s3queue.discovery import discover_handlers
+from s3queue.contract.discovery import discover_handlers
+from s3queue.contract.settings import CoordinatorSettings
 from s3queue.local.console import Connection, ProgressLine, UsageError, print_summary
 from s3queue.local.monitor import retry_unreachable
 from s3queue.local.runtime import LOCAL_COORDINATION, run_local

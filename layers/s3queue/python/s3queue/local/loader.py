@@ -16,11 +16,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from s3queue.config import ConfigError, QueueSettings
-from s3queue.discovery import HANDLER_NAME, discover_handlers
-from s3queue.keys import check_queue_name
-from s3queue.typed import bind
-from s3queue.worker import Handler
+from s3queue.contract.discovery import HANDLER_NAME, discover_handlers
+from s3queue.contract.settings import QueueSettings
+from s3queue.errors import ConfigError
+from s3queue.protocol.keys import check_queue_name
+from s3queue.working.typed import bind
+from s3queue.working.worker import Handler
 
 Handlers = str | os.PathLike[str] | Mapping[str, Handler]
 """A folder of handler modules, or ``{queue: callable}``."""
@@ -65,7 +66,7 @@ def with_overrides(settings: QueueSettings, overrides: Mapping[str, Any] | None)
 
 def import_handler(path: Path) -> Handler:
     """The ``handle`` function of the module at `path`, bound to its body model if it declares
-    one (`s3queue.typed`); `ConfigError` if it cannot be had."""
+    one (`s3queue.working.typed`); `ConfigError` if it cannot be had."""
     resolved = path.resolve()
     root = str(resolved.parent.parent)
     if root not in sys.path:

@@ -8,9 +8,9 @@ import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from s3queue.dispatching.service import FATAL
 from s3queue.errors import EndpointUnreachable, StorageError
 from s3queue.local.pool import WorkerPool
-from s3queue.service import FATAL
 from s3queue.storage.base import Storage
 
 log = logging.getLogger(__name__)

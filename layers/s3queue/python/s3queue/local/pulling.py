@@ -1,7 +1,8 @@
 """The pull loop: a runtime's worker threads take pending tickets of its queues from S3.
 
 Every runtime runs it, leader or not, so any number of processes on any hosts share one queue's
-work (see `s3queue.pull`). It polls only while a thread is free, at once when one frees up, and
+work (see `s3queue.working.pull`).
+It polls only while a thread is free, at once when one frees up, and
 backs off to `PULL_IDLE` seconds while it finds nothing: an idle runtime costs one LIST per
 queue per `PULL_IDLE` (12 a minute per queue with the default 5 s).
 """
@@ -13,10 +14,10 @@ import threading
 from collections.abc import Mapping
 
 from s3queue.errors import StorageError
-from s3queue.keys import QueueKeys
 from s3queue.local.pool import WorkerPool
-from s3queue.pull import Puller
+from s3queue.protocol.keys import QueueKeys
 from s3queue.storage.base import Storage
+from s3queue.working.pull import Puller
 
 log = logging.getLogger(__name__)
 

@@ -22,20 +22,21 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from s3queue import admin
-from s3queue.clock import SystemClock
-from s3queue.config import DEFAULT_PREFIX, CoordinatorSettings
-from s3queue.coordinator import Coordinator
-from s3queue.events import Event, Listener
-from s3queue.keys import QueueKeys
+from s3queue.common.clock import SystemClock
+from s3queue.common.events import Event, Listener
+from s3queue.common.tally import QueueTally, Tally
+from s3queue.contract.settings import DEFAULT_PREFIX, CoordinatorSettings
+from s3queue.dispatching.coordinator import Coordinator
+from s3queue.dispatching.service import ServeResult, ServeSettings, serve
 from s3queue.local.loader import Handlers, LocalQueue, load_handlers
 from s3queue.local.monitor import Progress, reach, watch
 from s3queue.local.pool import WorkerPool
 from s3queue.local.pulling import PullLoop
-from s3queue.service import ServeResult, ServeSettings, serve
+from s3queue.operations import admin
+from s3queue.protocol.deadletters import DeadLetter
+from s3queue.protocol.keys import QueueKeys
 from s3queue.storage.base import Storage
-from s3queue.tally import QueueTally, Tally
-from s3queue.worker import Worker
+from s3queue.working.worker import Worker
 
 log = logging.getLogger(__name__)
 
@@ -61,7 +62,7 @@ class RunSummary:
 
     queues: dict[str, QueueTally]
     stats: dict[str, dict[str, Any]]
-    dead_letters: dict[str, list[dict[str, Any]]]
+    dead_letters: dict[str, list[DeadLetter]]
     drained: bool
     elapsed: float
     serve: ServeResult | None
@@ -71,7 +72,8 @@ class RunSummary:
 
 class LocalContext:
     """A Lambda context's remaining time: the queue's `timeout`, which the worker enforces as
-    Lambda does (`s3queue.guard`); almost none once the runtime stops, so work is released."""
+    Lambda does (`s3queue.working.guard`);
+    almost none once the runtime stops, so work is released."""
 
     def __init__(self, timeout: float, stop: threading.Event) -> None:
         self._deadline = time.monotonic() + timeout

@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import BinaryIO
 
-from s3queue.clock import Clock, SystemClock
+from s3queue.common.clock import Clock, SystemClock
 from s3queue.errors import Conflict
 from s3queue.storage.base import Entry, Head, Object, Page, settle_put_conflict
 from s3queue.storage.streams import Source

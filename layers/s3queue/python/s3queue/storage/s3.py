@@ -70,7 +70,7 @@ from botocore.exceptions import (
 )
 from botocore.exceptions import ConnectionError as TransportError
 
-from s3queue.config import ENV_ENDPOINT_URL
+from s3queue.contract.environment import ENV_ENDPOINT_URL
 from s3queue.errors import (
     AccessDenied,
     Conflict,

@@ -1,0 +1,1 @@
+"""Small primitives every part uses: the injected clock, backoff, concurrency, events."""

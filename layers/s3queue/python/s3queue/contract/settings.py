@@ -1,0 +1,128 @@
+"""Per-queue and coordinator settings: frozen dataclasses with their defaults and validation.
+
+A handler module's ``SETTINGS`` literal overrides a queue's defaults, e.g.::
+
+    SETTINGS = {"visibility_timeout": 120, "max_retries": 3, "memory": 512}
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, fields, replace
+from typing import Any
+
+from s3queue.errors import ConfigError
+
+DEFAULT_PREFIX = "s3queue"
+
+
+@dataclass(frozen=True)
+class QueueSettings:
+    """Per-queue behaviour; a handler module's ``SETTINGS`` literal overrides the defaults."""
+
+    visibility_timeout: float = 30.0
+    """Seconds a claim lasts without a heartbeat before the ticket may be redelivered."""
+    max_retries: int = 5
+    """Retries after the first attempt; the failure after the last retry dead-letters."""
+    backoff_base: float = 1.0
+    backoff_cap: float = 300.0
+    batch_size: int = 10
+    """Messages per ticket (a packed object counts its messages; one larger than a ticket
+    rides alone) while there are free ticket slots for what is ready."""
+    max_batch_size: int = 1000
+    """Under a backlog, tickets grow up to this many messages (sizing.py)."""
+    ticket_seconds: float = 2.0
+    """Under a backlog, a grown ticket holds about this many seconds of work at the pace recent
+    tickets finished (sizing.py); at most half of `timeout`, whatever this says."""
+    max_in_flight_tickets: int = 32
+    """Backpressure: the coordinator dispatches no more tickets while this many are live."""
+    max_message_bytes: int = 10 * 1024 * 1024
+    """Larger objects go to the DLQ unread by the handler."""
+    concurrency: int = 8
+    """Reserved concurrency of the worker Lambda (deployment only)."""
+    memory: int = 256
+    """Worker Lambda memory in MB (deployment only)."""
+    timeout: int = 60
+    """Worker Lambda timeout in seconds (deployment only); at least `visibility_timeout`."""
+
+    def __post_init__(self) -> None:
+        positive = (
+            "visibility_timeout",
+            "batch_size",
+            "max_in_flight_tickets",
+            "backoff_cap",
+            "ticket_seconds",
+        )
+        for name in positive:
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"{name} must be positive, got {getattr(self, name)!r}")
+        if self.max_retries < 0 or self.backoff_base < 0:
+            raise ConfigError("max_retries and backoff_base must not be negative")
+        if self.max_batch_size < self.batch_size:
+            raise ConfigError(
+                f"max_batch_size ({self.max_batch_size}) must be at least batch_size "
+                f"({self.batch_size})"
+            )
+        if self.timeout < self.visibility_timeout:
+            raise ConfigError(
+                f"timeout ({self.timeout}s) must be at least visibility_timeout "
+                f"({self.visibility_timeout}s)"
+            )
+
+    @classmethod
+    def from_mapping(cls, values: Mapping[str, Any]) -> QueueSettings:
+        """Settings from a dict (a handler's SETTINGS); unknown keys are an error."""
+        known = {f.name: f for f in fields(cls)}
+        unknown = sorted(set(values) - set(known))
+        if unknown:
+            raise ConfigError(f"unknown settings {unknown}; known: {sorted(known)}")
+        converted: dict[str, Any] = {}
+        for name, value in values.items():
+            kind = float if known[name].type == "float" else int
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                raise ConfigError(f"setting {name} must be a number, got {value!r}")
+            converted[name] = kind(value)
+        return replace(
+            cls(timeout=max(60, int(converted.get("visibility_timeout", 0)))), **converted
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def delta(self) -> dict[str, Any]:
+        """The fields that differ from the defaults: ``from_mapping(delta())`` is equal."""
+        default = QueueSettings()
+        return {
+            f.name: v
+            for f in fields(self)
+            if (v := getattr(self, f.name)) != getattr(default, f.name)
+        }
+
+
+@dataclass(frozen=True)
+class CoordinatorSettings:
+    """How the coordinator leads, scans and reaps."""
+
+    lease_ttl: float = 30.0
+    """Seconds a leader lease lasts without renewal; renewed at a third of it."""
+    skew_tolerance: float = 5.0
+    """Seconds of clock skew between machines that never causes a premature takeover."""
+    sweep_interval: float = 60.0
+    """Seconds between full rescans of the queue for stragglers behind the cursor."""
+    straggler_margin: float = 2.0
+    """Seconds the incremental scan re-reads behind its cursor."""
+    dispatch_timeout: float = 30.0
+    """Seconds an unclaimed ticket waits before its worker is invoked again."""
+    scan_pages: int = 2
+    """LIST pages read per tick at most (bounds a tick's cost whatever the backlog)."""
+    tombstone_ttl: float = 3600.0
+    """Seconds a consumed copy's tombstone is kept (see apply.py) before the scan deletes it:
+    longer than any applier stays paused between its commit and its apply."""
+    publish_concurrency: int = 16
+    """Tickets a tick publishes (PUT and invoke) at once; their seqs are reserved as a block
+    first (one lease PUT; lease.py). 1: one after another, no reservation."""
+    partitions_per_tick: int = 64
+    """Partitions a tick reads at most (one LIST each), in turns when a queue has more."""
+    discover_interval: float = 1.0
+    """Seconds between LISTs of the queue's partition folders (a new partition waits at most
+    this long to be read)."""

@@ -1,0 +1,1 @@
+"""The dispatcher: one coordinator per queue leads, lists, plans and publishes tickets."""

@@ -1,0 +1,547 @@
+"""The coordinator of one queue: lead, list, reconcile, plan and publish, one tick at a time.
+
+A tick costs a bounded number of requests whatever the backlog: one LIST of tickets, one of
+the inbox, at most ``scan_pages`` of messages from the cursor, and one PUT per new ticket.
+
+Race that fixes the order of the LISTs:
+
+    worker     apply outcomes (delete msg) --- DELETE ticket
+    leader                 LIST tickets ................. LIST msg/
+Tickets are listed first. A ticket missing from that LIST was deleted before it, after its
+outcomes were applied, so the later LIST of messages cannot show its finished messages as new.
+
+This module keeps the tick's order, the lease, and the way out: reading the cursor, planning,
+publishing. What the LIST of tickets says (a newer leader, epochs to seal, tickets to learn,
+fence, re-invoke, reap or forget) is reconcile.py's; whether there is work at all, probe.py's.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections import Counter
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from functools import partial
+
+from s3queue.common.clock import Clock, SystemClock, ms
+from s3queue.common.concurrency import RunAll, Threads, settled
+from s3queue.common.events import Emitter, Listener
+from s3queue.contract.settings import CoordinatorSettings, QueueSettings
+from s3queue.dispatching import scan, sizing
+from s3queue.dispatching.cursor import Cursor, Cursors
+from s3queue.dispatching.probe import probe
+from s3queue.dispatching.reconcile import Invoker, Known, Reconciler
+from s3queue.errors import Conflict, Consumed
+from s3queue.operations.admin import iter_keys
+from s3queue.protocol.keys import PARTITION, MsgKey, QueueKeys, check_queue_name
+from s3queue.protocol.lease import LeaderLease
+from s3queue.protocol.tickets import Ref, Ticket
+from s3queue.storage.base import Entry, Storage, new_token
+
+__all__ = ["Coordinator", "Invoker", "Known", "RunAll", "TickResult"]
+
+
+@dataclass(frozen=True, slots=True)
+class TickResult:
+    """What one tick did and saw."""
+
+    leader: bool
+    dispatched: int = 0
+    live_tickets: int = 0
+    waiting: int = 0
+    """Ready messages it could not dispatch yet (backpressure or busy groups)."""
+    reaped: int = 0
+    in_flight: int = 0
+    """Messages in live tickets (a packed object counts all its messages)."""
+    oldest_ready_ms: int | None = None
+    """Visible time of the oldest ready message not in flight, if the tick scanned."""
+
+    @property
+    def idle(self) -> bool:
+        return self.leader and not (self.dispatched or self.live_tickets or self.waiting)
+
+
+@dataclass(slots=True)
+class _Memory:
+    """The leader's view; rebuilt from S3 at every new epoch."""
+
+    cursors: Cursors
+    epoch: int = 0
+    next_seq: int = 0
+    reserved: int = 0
+    """The end of our last reserved block of seqs (lease.py): tickets below it go out at once."""
+    known: dict[str, Known] = field(default_factory=dict)
+    parsed: dict[str, list[_Ref]] = field(default_factory=dict)
+    """Each known ticket's refs, parsed once (a ticket's refs never change): `_ticket_refs`."""
+    partitions: list[str | None] = field(default_factory=lambda: [None])
+    """The partitions found by the last LIST of ``parts/`` (None: the default, always there)."""
+    discovered_ms: int | None = None
+    served: str | None = None
+    """The partition served last in the last round: the next round starts after it."""
+
+
+@dataclass(slots=True)
+class _Part:
+    """One partition's share of a tick: what its cursor read, and the plan for it."""
+
+    partition: str | None
+    cursor: Cursor
+    saved: Cursor
+    candidates: list[scan.Candidate]
+    stopped: str
+    blocked: set[str]
+    """Its groups that may not move this tick: busy in a live ticket, or their waiting head
+    unread (`Cursor.absent_heads`)."""
+    absent: set[str]
+    plan: scan.Plan = field(default_factory=scan.Plan)
+
+
+class Coordinator:
+    """Dispatches one queue's messages as tickets while it holds the queue's lease."""
+
+    def __init__(
+        self,
+        storage: Storage,
+        queue: str,
+        *,
+        invoker: Invoker,
+        prefix: str = "s3queue",
+        settings: QueueSettings | None = None,
+        coordination: CoordinatorSettings | None = None,
+        clock: Clock | None = None,
+        owner: str | None = None,
+        listener: Listener | None = None,
+        run_all: RunAll | None = None,
+        pace: sizing.Pace | None = None,
+    ) -> None:
+        self.storage = storage
+        self.keys = QueueKeys(prefix, check_queue_name(queue))
+        self.settings = settings or QueueSettings()
+        self.config = coordination or CoordinatorSettings()
+        self.run_all: RunAll = run_all or Threads(
+            self.config.publish_concurrency, "s3queue-publish"
+        )
+        """How a block of publications runs: threads (at most `publish_concurrency`) by default;
+        tests pass one that runs them one by one, in a chosen order (concurrency.py)."""
+        self.clock = clock or SystemClock()
+        self.emit = Emitter(queue, listener)
+        self.owner = owner or uuid.uuid4().hex[:12]
+        self.lease = LeaderLease(
+            storage,
+            self.keys.lease,
+            owner=self.owner,
+            clock=self.clock,
+            ttl_ms=ms(self.config.lease_ttl),
+            skew_ms=ms(self.config.skew_tolerance),
+            epochs=self._ticket_epochs,
+        )
+        self.reconciler = Reconciler(
+            storage,
+            self.keys,
+            self.settings,
+            self.config,
+            lease=self.lease,
+            clock=self.clock,
+            invoker=invoker,
+            emit=self.emit,
+        )
+        self.pace = pace or sizing.Pace()
+        """How fast tickets have been finishing: about the handler, so kept across epochs (and
+        across runs, by the coordinator Lambda)."""
+        self.memory = self._fresh()
+
+    def _fresh(self, epoch: int = 0) -> _Memory:
+        return _Memory(Cursors(self.keys, self.config), epoch=epoch)
+
+    def tick(self) -> TickResult:
+        """Lead if possible, then reconcile tickets and dispatch what is ready."""
+        if not self.lease.ensure():
+            self.memory = self._fresh()
+            self.emit("not_leader", self.clock.now_ms(), owner=self.owner)
+            return TickResult(leader=False)
+        if self.lease.epoch != self.memory.epoch:
+            self.memory = self._fresh(self.lease.epoch)
+            self.emit("takeover", self.clock.now_ms(), epoch=self.lease.epoch, owner=self.owner)
+        listed = self._list_tickets()
+        reconciler = self.reconciler
+        if reconciler.outranked(listed) or (
+            self.lease.pending_seals() and not reconciler.seal(listed)
+        ):
+            self.memory = self._fresh()
+            return TickResult(leader=False)
+        known = self.memory.known
+        before = dict(known)
+        reaped = reconciler.reconcile(listed, known, self.memory.cursors)
+        now = self.clock.now_ms()
+        for key in before.keys() - known.keys():
+            refs = self.memory.parsed.get(key) or self._refs(before[key].ticket)
+            self.pace.finished(_count(refs), now - before[key].ticket.created_ms)
+        return self._dispatch(reaped, _queued(listed, known, now))
+
+    def probe(self) -> bool:
+        """Is there anything to do? About one LIST, no lease (probe.py)."""
+        return probe(self.storage, self.keys, self.clock)
+
+    def release(self) -> None:
+        """Give up the lease now (end of a Lambda invocation) so the next run takes over at once."""
+        if self.lease.leading:
+            self.lease.release(self.memory.next_seq - 1)
+            self.emit("release", self.clock.now_ms(), epoch=self.memory.epoch)
+        self.memory = self._fresh()
+
+    def _ticket_epochs(self) -> set[int]:
+        return {p[0] for e in self._list_tickets() if (p := self.keys.parse_ticket(e.key))}
+
+    def _list_tickets(self) -> list[Entry]:
+        return list(iter_keys(self.storage, self.keys.tickets))
+
+    def _dispatch(self, reaped: int, queued: int) -> TickResult:
+        """Read each partition's cursor, share the capacity fairly, plan, publish."""
+        memory, now = self.memory, self.clock.now_ms()
+        capacity = self.settings.max_in_flight_tickets - len(memory.known)
+        if capacity <= 0:
+            return self._result(reaped)
+        live = [r for refs in self._ticket_refs().values() for r in refs]
+        in_flight = {r.key for r in live}
+        inbox = self._inbox_and_partitions(now)
+        parts: list[_Part] = []
+        want = capacity * sizing.most(self.settings, self.pace, queued)
+        try:
+            for partition in self._round(inbox):
+                found = inbox.get(partition, [])
+                parts.append(self._read(partition, now, want, in_flight, live, found))
+            self._plan(parts, now, capacity, in_flight, queued)
+            dispatched = self._publish_parts(parts, now)
+        except BaseException:
+            # A partition read before the failure used up its rewind and wake-ups: the next
+            # tick must read its messages again, in their place in line (Cursor.restore).
+            for part in parts:
+                part.cursor.restore(part.saved)
+            raise
+        for part in parts:
+            part.cursor.delete_done(self.storage)
+        candidates = [c for part in parts for c in part.candidates]
+        return self._result(
+            reaped,
+            dispatched,
+            sum(part.plan.waiting for part in parts),
+            _oldest_ready(candidates, in_flight, now),
+        )
+
+    def _inbox_and_partitions(self, now: int) -> dict[str | None, list[scan.Candidate]]:
+        """The inbox, and the partition folders when due, listed at once (neither needs the
+        other; both come after the LIST of tickets, as the module docstring requires)."""
+        memory = self.memory
+        every = round(self.config.discover_interval * 1000)
+        if memory.discovered_ms is not None and now - memory.discovered_ms < every:
+            return self._inbox()
+        inbox, folders = settled(
+            self.run_all, [self._inbox, partial(self.storage.list_folders, self.keys.parts)]
+        )
+        named = [folder[len(self.keys.parts) : -1] for folder in folders]
+        memory.partitions = [None, *(p for p in named if PARTITION.fullmatch(p))]
+        memory.discovered_ms = now
+        return inbox  # type: ignore[no-any-return]
+
+    def _inbox(self) -> dict[str | None, list[scan.Candidate]]:
+        """The inbox's first page (listed once a tick, from its start), by partition."""
+        found: dict[str | None, list[scan.Candidate]] = {}
+        for entry in self.storage.list(self.keys.inbox).entries:
+            partition = self.keys.partition_of(entry.key)
+            found.setdefault(partition, []).append(scan.inbox_candidate(entry))
+        return found
+
+    def _round(self, inbox: dict[str | None, list[scan.Candidate]]) -> list[str | None]:
+        """The partitions this tick reads, starting at this tick's turn: every partition found
+        in ``parts/`` (listed every `discover_interval`) or the inbox, and the default one;
+        at most `partitions_per_tick` of them, the next ones first at the next tick."""
+        memory = self.memory
+        known = set(memory.partitions)
+        everyone = memory.partitions + sorted(p for p in inbox if p not in known and p)
+        start = everyone.index(memory.served) + 1 if memory.served in everyone else 0
+        rotated = everyone[start:] + everyone[:start]
+        return rotated[: max(1, self.config.partitions_per_tick)]
+
+    def _read(
+        self,
+        partition: str | None,
+        now: int,
+        want: int,
+        in_flight: set[str],
+        live: list[_Ref],
+        inbox: list[scan.Candidate],
+    ) -> _Part:
+        """One partition's candidates, read until there are `want` messages to dispatch."""
+        cursor = self.memory.cursors.of(partition)
+        batch_size = self.settings.batch_size
+        busy = _busy_groups(live, partition)
+
+        def enough(found: Iterable[scan.Candidate]) -> bool:
+            return _dispatchable(found, in_flight, busy, batch_size) >= want
+
+        saved = cursor.snapshot()
+        candidates, stopped = cursor.read(self.storage, now, enough, want=want, inbox=inbox)
+        # A group whose waiting message this tick did not read is blocked: its later messages
+        # may not overtake it (FIFO), wherever the cursor is.
+        absent = cursor.absent_heads(candidates)
+        return _Part(partition, cursor, saved, candidates, stopped, busy | absent, absent)
+
+    def _plan(
+        self, parts: list[_Part], now: int, capacity: int, in_flight: set[str], queued: int
+    ) -> None:
+        """Each partition's plan, within its fair share of `capacity`: every partition with
+        ready work gets a ticket in turn before any gets a second (round-robin). Under a
+        backlog the first tickets grow (sizing.py)."""
+        origins = {self.keys.ticket_origin(key) for key in self.memory.known}
+        batch_size = self.settings.batch_size
+        ready = sum(
+            _dispatchable(part.candidates, in_flight, part.blocked, batch_size) for part in parts
+        )
+        grown = sum(1 for refs in self._ticket_refs().values() if _count(refs) > batch_size)
+        sizes = sizing.sizes(
+            self.settings, self.pace, ready=ready, free=capacity, live_grown=grown, queued=queued
+        )
+        offset = 0
+
+        def plan(part: _Part, tickets: int) -> scan.Plan:
+            return scan.Planner(
+                now_ms=now,
+                limit=lambda n: sizes.limit(offset + n),
+                capacity=tickets,
+                in_flight=in_flight,
+                busy_groups=part.blocked,
+                live_origins=origins,
+            ).run(part.candidates)
+
+        wanted = [plan(part, capacity) for part in parts]
+        shares = fair_shares([len(w.batches) for w in wanted], capacity)
+        for part, want, share in zip(parts, wanted, shares, strict=True):
+            part.plan = want if share == len(want.batches) and not offset else plan(part, share)
+            offset += len(part.plan.batches)
+            part.cursor.settle_held(part.plan, part.absent, part.stopped)
+            if share:
+                self.memory.served = part.partition
+        if len(parts) < len(self.memory.partitions) and not any(shares):
+            self.memory.served = parts[-1].partition  # nothing to do here: read the next ones
+
+    def _publish_parts(self, parts: list[_Part], now: int) -> int:
+        """Publish the batches (a partition at a time in turn); move each partition's cursor on
+        if all its batches went out, else back to where it was before this tick."""
+        order = _interleaved([part.plan.batches for part in parts])
+        published = self._publish_all([batch for _, batch in order], now)
+        done: dict[int, list[int]] = {i: [] for i in range(len(parts))}
+        for (i, _), count in zip(order, published, strict=True):
+            done[i].append(count)
+        for i, part in enumerate(parts):
+            if all(done[i]):
+                part.cursor.advance(part.plan, part.stopped, now)
+            else:  # a batch did not go out: read its messages again, in their place in line
+                part.cursor.restore(part.saved)
+        return sum(sum(published) for published in done.values())
+
+    def _result(
+        self, reaped: int, dispatched: int = 0, waiting: int = 0, oldest: int | None = None
+    ) -> TickResult:
+        return TickResult(
+            leader=True,
+            dispatched=dispatched,
+            live_tickets=len(self.memory.known),
+            waiting=waiting,
+            reaped=reaped,
+            in_flight=sum(_count(refs) for refs in self._ticket_refs().values()),
+            oldest_ready_ms=oldest,
+        )
+
+    def _ticket_refs(self) -> dict[str, list[_Ref]]:
+        """Each live ticket's refs, parsed: each ticket once, not at every tick."""
+        memory = self.memory
+        parsed = memory.parsed
+        for key in parsed.keys() - memory.known.keys():
+            del parsed[key]
+        for key, known in memory.known.items():
+            if key not in parsed:
+                parsed[key] = self._refs(known.ticket)
+        return parsed
+
+    def _refs(self, ticket: Ticket) -> list[_Ref]:
+        return [
+            _Ref(r.key, keys.partition, keys.parse_msg(r.key))
+            for r in ticket.refs
+            for keys in (self.keys.owning(r.key),)
+        ]
+
+    def _publish_all(self, batches: list[list[scan.Candidate]], now: int) -> list[int]:
+        """Each batch's message count once published (0: not published).
+
+        One batch, or `publish_concurrency` 1: one ticket after another, the lease checked
+        before each. Several: their seqs must lie in a block reserved in the lease (one CAS,
+        `LeaderLease.reserve`, for the next `BLOCK_TICKETS_PER_THREAD` x `publish_concurrency`
+        seqs), then all are PUT and invoked at once (`run_all`). A tick returns only once every
+        PUT has, so the next block is reserved after every PUT of this one returned (lease.py
+        says why that fences). The first error is raised once every publication has returned;
+        what was published is known.
+        """
+        memory = self.memory
+        if len(batches) < 2 or self.config.publish_concurrency < 2:
+            return [self._publish(batch, now, self._next_seq()) for batch in batches]
+        start, end = memory.next_seq, memory.next_seq + len(batches)
+        if not self.lease.ensure() or self.lease.epoch != memory.epoch:
+            return [0] * len(batches)
+        if end > memory.reserved:  # a block lasts several ticks: one lease PUT per block
+            block = max(len(batches), BLOCK_TICKETS_PER_THREAD * self.config.publish_concurrency)
+            if not self.lease.reserve(start, start + block):
+                return [0] * len(batches)
+            memory.reserved = start + block
+        memory.next_seq = end
+        jobs: list[Callable[[], int]] = [
+            partial(self._publish, batch, now, start + i, checked=True)
+            for i, batch in enumerate(batches)
+        ]
+        return settled(self.run_all, jobs)
+
+    def _next_seq(self) -> int:
+        seq = self.memory.next_seq
+        self.memory.next_seq += 1
+        return seq
+
+    def _publish(
+        self, batch: list[scan.Candidate], now: int, seq: int, *, checked: bool = False
+    ) -> int:
+        """Create ticket `seq` (If-None-Match) and start a worker on it; its message count.
+        Unless `checked` (its block reserved), first make sure we still lead."""
+        memory = self.memory
+        if not checked and (not self.lease.ensure() or self.lease.epoch != memory.epoch):
+            return 0
+        key = self.keys.ticket(memory.epoch, seq)
+        ticket = Ticket(
+            self.keys.queue,
+            memory.epoch,
+            seq,
+            [Ref(c.key, c.etag, c.size) for c in batch],
+            created_ms=now,
+        )
+        token = new_token()
+        count = sum(c.count for c in batch)
+        etag: str | None
+        try:
+            etag = self.storage.put(
+                key,
+                ticket.encode(token),
+                if_none_match=True,
+                token=token,
+                resend_if=partial(self._unconsumed, batch[0]),
+            )
+        except Conflict:
+            self.emit("lost_race", now, ticket=key, op="publish")
+            return 0
+        except Consumed:  # it went out, and a worker was quicker than our recheck: done
+            etag = None
+        self.emit("dispatch", now, ticket=key, refs=[c.key for c in batch], messages=count)
+        if etag is not None:
+            known = Known(ticket, etag, invoked_ms=now)
+            memory.known[key] = known
+            self.reconciler.invoke(key, known, now, reason="new")
+        return count
+
+    def _unconsumed(self, first: scan.Candidate) -> bool:
+        """May a ticket whose create may have applied, and which is now missing, be created
+        again? Only if its first message is still there as listed: a ticket that was applied
+        deleted (or copied) it, unless its worker released it unstarted, and then it released
+        every message of the ticket unstarted. (A resend would run them a second time.)"""
+        head = self.storage.head(first.key)
+        return head is not None and head.etag == first.etag
+
+
+BLOCK_TICKETS_PER_THREAD = 4
+"""A reserved block has room for this many ticks' worth of concurrent publications."""
+
+
+def _count(refs: list[_Ref]) -> int:
+    """The messages `refs` carry (a packed object counts all of its)."""
+    return sum(r.count for r in refs)
+
+
+def _queued(listed: list[Entry], known: dict[str, Known], now: int) -> int:
+    """Live tickets still as published (a claim changes the ETag) `sizing.QUEUED_MS` after
+    it: they wait for a worker."""
+    return sum(
+        1
+        for entry in listed
+        if (found := known.get(entry.key)) is not None
+        and found.ticket.state == "pending"
+        and entry.etag == found.etag
+        and now - found.ticket.created_ms >= sizing.QUEUED_MS
+    )
+
+
+def fair_shares(wanted: list[int], capacity: int) -> list[int]:
+    """Tickets for each of `wanted` (in turn order) out of `capacity`: one each in turn while
+    any wants more, so no partition gets a second before every other got its first."""
+    shares = [0] * len(wanted)
+    left = capacity
+    while left > 0:
+        given = 0
+        for i, want in enumerate(wanted):
+            if left > 0 and shares[i] < want:
+                shares[i] += 1
+                left -= 1
+                given += 1
+        if not given:
+            break
+    return shares
+
+
+def _interleaved(
+    batches: list[list[list[scan.Candidate]]],
+) -> list[tuple[int, list[scan.Candidate]]]:
+    """(partition index, batch) taking each partition's next batch in turn."""
+    out: list[tuple[int, list[scan.Candidate]]] = []
+    for row in range(max((len(b) for b in batches), default=0)):
+        out += [(i, b[row]) for i, b in enumerate(batches) if row < len(b)]
+    return out
+
+
+def _busy_groups(live: list[_Ref], partition: str | None) -> set[str]:
+    """The groups of `partition` with a message in a live ticket (a group is a partition's)."""
+    return {
+        r.parsed.group
+        for r in live
+        if r.partition == partition and r.parsed is not None and r.parsed.group
+    }
+
+
+def _dispatchable(
+    found: Iterable[scan.Candidate], in_flight: set[str], busy: set[str], batch_size: int
+) -> int:
+    """About how many of `found` a plan could take: a free group gives one batch at most."""
+    count, per_group = 0, Counter[str]()
+    for candidate in found:
+        if candidate.key in in_flight:
+            continue
+        if candidate.group is None:
+            count += candidate.count
+        elif candidate.group not in busy and per_group[candidate.group] < batch_size:
+            per_group[candidate.group] += 1
+            count += 1
+    return count
+
+
+def _oldest_ready(candidates: list[scan.Candidate], in_flight: set[str], now: int) -> int | None:
+    """Visible time of the oldest ready message not in flight (late notices are not messages)."""
+    ready = [
+        c.ready_ms
+        for c in candidates
+        if c.key not in in_flight and c.ready_ms <= now and c.target is None
+    ]
+    return min(ready) if ready else None
+
+
+@dataclass(frozen=True, slots=True)
+class _Ref:
+    key: str
+    partition: str | None
+    parsed: MsgKey | None
+
+    @property
+    def count(self) -> int:
+        return self.parsed.count if self.parsed is not None else 1

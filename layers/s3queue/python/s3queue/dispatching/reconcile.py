@@ -1,0 +1,198 @@
+"""The leader's known tickets, kept in step with the tickets listed each tick.
+
+Apart from dispatch (coordinator.py) because it answers another question: not "what goes out
+next" but "what became of what went out". A ticket of a later epoch makes the leader stand
+down; a taken-over epoch's highest ticket is sealed. Each listed ticket is learnt (one GET,
+the first time or after it changed and went quiet), dropped if fenced below its epoch's seal,
+re-invoked if nobody picked it up, or reaped if its claim expired; a known ticket no longer
+listed is forgotten, and its groups' next messages are rewound to (`Cursor.finished`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from s3queue.common.clock import Clock, ms
+from s3queue.common.events import Emitter
+from s3queue.contract.settings import CoordinatorSettings, QueueSettings
+from s3queue.dispatching.cursor import Cursors
+from s3queue.errors import Conflict, MalformedMessage
+from s3queue.protocol.keys import QueueKeys
+from s3queue.protocol.lease import LeaderLease
+from s3queue.protocol.tickets import Ticket
+from s3queue.storage.base import Entry, Storage, new_token
+
+Invoker = Callable[[dict[str, Any]], None]
+"""Starts a worker on a ticket payload (Lambda ``Event`` invoke, or a local pool)."""
+
+
+@dataclass(slots=True)
+class Known:
+    """A live ticket as the leader last saw it."""
+
+    ticket: Ticket
+    etag: str
+    invoked_ms: int
+
+
+class Reconciler:
+    """Judges the listed tickets for one queue's leader: stand down, seal, learn, fence,
+    re-invoke, reap, forget."""
+
+    def __init__(
+        self,
+        storage: Storage,
+        keys: QueueKeys,
+        settings: QueueSettings,
+        config: CoordinatorSettings,
+        *,
+        lease: LeaderLease,
+        clock: Clock,
+        invoker: Invoker,
+        emit: Emitter,
+    ) -> None:
+        self.storage, self.keys, self.settings, self.config = storage, keys, settings, config
+        self.lease, self.clock, self.invoker, self.emit = lease, clock, invoker, emit
+
+    def outranked(self, listed: list[Entry]) -> bool:
+        """A ticket of a later epoch: another leader took over while we were paused (our lease
+        renewal was not due yet, so we had not noticed). Stand down without touching anything:
+        our lease document is stale, and judging its tickets by it would be wrong."""
+        epoch = self.lease.epoch
+        newer = [p for e in listed if (p := self.keys.parse_ticket(e.key)) and p[0] > epoch]
+        if newer:
+            self.lease.abdicate()
+            self.emit("deposed", self.clock.now_ms(), epoch=epoch, newer=newer[0][0])
+        return bool(newer)
+
+    def seal(self, listed: list[Entry]) -> bool:
+        """Fix the highest valid seq of every taken-over epoch, and forget empty epochs."""
+        doc = self.lease.doc
+        assert doc is not None
+        seen: dict[int, set[int]] = {}
+        for entry in listed:
+            parsed = self.keys.parse_ticket(entry.key)
+            if parsed is not None:
+                seen.setdefault(parsed[0], set()).add(parsed[1])
+        highest = {epoch: max(seqs) for epoch, seqs in seen.items()}
+        seals = {
+            epoch: highest[epoch] if seal < 0 else seal
+            for epoch, seal in doc.seals.items()
+            if epoch in highest
+        }
+        holes = {e: h for e, h in doc.holes.items() if e in seals}
+        for epoch, seal in doc.seals.items():
+            block = doc.blocks.get(epoch)
+            if seal < 0 and block is not None and epoch in seals:
+                # unseen seqs of its last block at or below the seal: never to run (lease.py)
+                start, end = block
+                unseen = [
+                    q for q in range(start, min(end, seals[epoch] + 1)) if q not in seen[epoch]
+                ]
+                if unseen:
+                    holes[epoch] = tuple(unseen)
+        sealed = self.lease.update_seals(seals, holes)
+        self.emit("seal", self.clock.now_ms(), epoch=doc.epoch, seals=seals, holes=holes, ok=sealed)
+        return sealed
+
+    def reconcile(self, listed: list[Entry], known: dict[str, Known], cursors: Cursors) -> int:
+        """Learn unknown tickets, drop fenced ones, forget finished ones, reap expired ones;
+        how many were reaped."""
+        doc = self.lease.doc
+        assert doc is not None
+        now, reaped = self.clock.now_ms(), 0
+        seen: set[str] = set()
+        for entry in listed:
+            parsed = self.keys.parse_ticket(entry.key)
+            if parsed is None:
+                continue
+            if doc.accepts(*parsed) is False:  # below its epoch's seal: no worker ever runs it
+                self._drop_fenced(entry)
+                continue
+            seen.add(entry.key)
+            found = known.get(entry.key) or self.learn(known, entry, now)
+            if found is not None:
+                reaped += self._check(known, entry, found, now)
+        for key in [k for k in known if k not in seen]:
+            gone = known.pop(key)
+            cursors.finished(r.key for r in gone.ticket.refs)
+        return reaped
+
+    def _drop_fenced(self, entry: Entry) -> None:
+        # No worker ever accepts it (LeaseDoc.accepts is stable while the ticket exists).
+        try:
+            self.storage.delete(entry.key, if_match=entry.etag)
+        except Conflict:
+            return
+        self.emit("fenced", self.clock.now_ms(), ticket=entry.key)
+
+    def learn(
+        self, known: dict[str, Known], entry: Entry, now: int, *, invoked_ms: int | None = None
+    ) -> Known | None:
+        """GET a listed ticket into `known`; None if it is gone or unreadable."""
+        obj = self.storage.get(entry.key)
+        if obj is None:
+            return None
+        try:
+            ticket = Ticket.decode(obj.body)
+        except MalformedMessage:
+            self.emit("corrupt_ticket", now, ticket=entry.key)
+            return None
+        found = Known(ticket, obj.etag, invoked_ms=now if invoked_ms is None else invoked_ms)
+        known[entry.key] = found
+        return found
+
+    def _check(self, known: dict[str, Known], entry: Entry, found: Known, now: int) -> int:
+        """Re-invoke a ticket nobody works on; reap one whose claim expired. 1 if reaped."""
+        timeout = ms(self.config.dispatch_timeout)
+        if entry.etag != found.etag:
+            # Changed since we read it (claim, heartbeat, commit): read it again only once it
+            # has been quiet for a while, so a healthy ticket costs no GET at all.
+            quiet = now - entry.last_modified_ms
+            expiry = ms(self.settings.visibility_timeout + self.config.skew_tolerance)
+            if quiet < min(expiry, timeout):
+                return 0
+            fresh = self.learn(known, entry, now, invoked_ms=found.invoked_ms)
+            if fresh is None:
+                return 0
+            found = fresh
+        ticket = found.ticket
+        if ticket.state == "claimed":
+            if ticket.lease_until_ms + ms(self.config.skew_tolerance) < now:
+                return self._reap(entry.key, found, now)
+            return 0
+        if now - found.invoked_ms >= timeout:
+            self.invoke(entry.key, found, now, reason=f"{ticket.state} for {timeout} ms")
+        return 0
+
+    def _reap(self, key: str, found: Known, now: int) -> int:
+        """Expired claim: CAS the ticket to a new generation, then invoke a worker again."""
+        # Work on a copy: if the PUT fails, memory must still hold the ticket as it is in S3.
+        ticket, owner = Ticket.decode(found.ticket.encode("")), found.ticket.owner
+        ticket.expire(now)
+        token = new_token()
+        try:
+            etag = self.storage.put(key, ticket.encode(token), if_match=found.etag, token=token)
+        except Conflict:
+            # The holder heartbeat or committed first: its lease is valid again. The ticket
+            # stays known (its messages in flight); the next quiet spell reads it afresh.
+            self.emit("lost_race", now, ticket=key, op="reap")
+            found.etag = ""
+            return 0
+        found.ticket, found.etag = ticket, etag
+        self.emit("expire", now, ticket=key, generation=ticket.generation, owner=owner)
+        self.invoke(key, found, now, reason="redeliver")
+        return 1
+
+    def invoke(self, key: str, found: Known, now: int, *, reason: str) -> None:
+        """Start a worker on the ticket; a failed invoke is retried after dispatch_timeout."""
+        found.invoked_ms = now
+        try:
+            self.invoker(found.ticket.to_payload(key, found.etag))
+        except Exception as exc:  # noqa: BLE001 - a lost invoke is retried after dispatch_timeout
+            self.emit("invoke_failed", now, ticket=key, error=repr(exc))
+            return
+        if reason != "new":
+            self.emit("reinvoke", now, ticket=key, reason=reason)

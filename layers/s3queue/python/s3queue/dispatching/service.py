@@ -1,0 +1,337 @@
+"""`serve`: one coordinator run over every configured queue, in the Lambda or the local runtime.
+
+Cost and latency:
+
+- A queue starts in *probe* mode: one `Coordinator.probe` (one LIST) says whether it has work.
+  No lease is taken before that, so a run over idle queues costs one LIST per queue, then ends.
+  A queue an S3 event named (low-latency mode) is ticked at once instead: the event said.
+- A queue with work is ticked every ``busy_interval`` while anything was dispatched, is waiting
+  or in flight (enqueue-to-start latency is about one interval). Once a tick finds nothing left
+  it goes back to probes, with a doubling backoff, keeping its lease; idle for
+  ``release_after``, it hands the lease back.
+- Queues due at the same time are stepped at once when the caller gives a `RunAll` (the
+  coordinator Lambda: a thread per queue), so one function serves many queues without their
+  ticks adding up; each queue's coordinator has its own state, and only the run's counters
+  are shared (under a lock).
+- Another coordinator leading a queue (two runs started together) is no error: this run asks
+  again every ``follow_interval`` and takes over when the leader releases or lapses.
+
+A storage error on one queue is logged and retried later while the others go on; one on every
+queue at the start, or a missing bucket or credentials, ends the run with that error.
+
+The run ends when the remaining time runs short (``reserve``), when `stop` is set, or when every
+queue has been quiet for ``linger`` seconds (never, with ``linger=None``); it releases every
+lease it holds on the way out. All waiting goes through the injected clock.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any, Literal
+from urllib.parse import unquote_plus
+
+from s3queue.common.clock import Clock, ms
+from s3queue.common.concurrency import RunAll, settled
+from s3queue.contract import metric_names
+from s3queue.contract.names import queue_of_key
+from s3queue.dispatching.coordinator import Coordinator, TickResult
+from s3queue.errors import AccessDenied, BucketNotFound, StorageError
+
+log = logging.getLogger(__name__)
+
+Publish = Callable[[str, dict[str, float]], None]
+"""Receives one queue's gauges: ``{metric name: value}`` (names from `metric_names`)."""
+OnTick = Callable[[str, TickResult], None]
+Mode = Literal["probe", "tick"]
+FATAL = (BucketNotFound, AccessDenied)
+"""Storage errors no retry cures: they end the run (the Lambda's error alarm sees them)."""
+
+
+@dataclass(frozen=True)
+class ServeSettings:
+    """Pacing of a coordinator run (seconds)."""
+
+    busy_interval: float = 0.1
+    idle_interval: float = 0.25
+    """First wait once a queue is idle; doubles up to ``max_idle_interval``."""
+    max_idle_interval: float = 2.0
+    follow_interval: float = 1.0
+    linger: float | None = 10.0
+    """End the run once every queue has been quiet this long; None: run until stopped."""
+    release_after: float = 30.0
+    reserve: float = 10.0
+    """Remaining time kept back to release leases and return."""
+
+
+@dataclass
+class ServeResult:
+    """What a run did."""
+
+    reason: str = ""
+    """Why it ended: idle, time or stopped."""
+    probes: int = 0
+    ticks: int = 0
+    dispatched: int = 0
+    reaped: int = 0
+    errors: int = 0
+    led: set[str] = field(default_factory=set)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "reason": self.reason,
+            "probes": self.probes,
+            "ticks": self.ticks,
+            "dispatched": self.dispatched,
+            "reaped": self.reaped,
+            "errors": self.errors,
+            "led": sorted(self.led),
+        }
+
+
+class Gauges:
+    """Queue gauges from what ticks report, published at most once per ``interval`` per queue.
+
+    Pending and the oldest message's age come from the last tick that scanned (a tick at the
+    in-flight limit does not); the DLQ size costs one LIST page (at most 1,000 counted).
+    """
+
+    def __init__(self, publish: Publish, clock: Clock, interval: float = 60.0) -> None:
+        self.publish = publish
+        self.clock = clock
+        self.interval_ms = round(interval * 1000)
+        self._published: dict[str, int] = {}
+        self._scanned: dict[str, tuple[int, float]] = {}
+
+    def observe(self, coordinator: Coordinator, result: TickResult) -> None:
+        queue, now = coordinator.keys.queue, self.clock.now_ms()
+        at_limit = result.live_tickets >= coordinator.settings.max_in_flight_tickets
+        if not (at_limit and result.dispatched == 0):
+            oldest = result.oldest_ready_ms
+            age = max(now - oldest, 0) / 1000 if oldest is not None else 0.0
+            self._scanned[queue] = (result.waiting, age)
+        if not self._due(queue, now):
+            return
+        values: dict[str, float] = {metric_names.IN_FLIGHT: result.in_flight}
+        if queue in self._scanned:
+            pending, age = self._scanned[queue]
+            values[metric_names.PENDING] = pending
+            values[metric_names.OLDEST_MESSAGE_AGE] = age
+        page = coordinator.storage.list(coordinator.keys.dlq)
+        dead = [e for e in page.entries if not coordinator.keys.is_dead_payload(e.key)]
+        values[metric_names.DEAD_LETTERS] = len(dead)
+        self.publish(queue, values)
+
+    def idle(self, coordinator: Coordinator) -> None:
+        """A probe found nothing to do: nothing pending or in flight, known without a request."""
+        queue = coordinator.keys.queue
+        if self._due(queue, self.clock.now_ms()):
+            zero = (metric_names.PENDING, metric_names.IN_FLIGHT, metric_names.OLDEST_MESSAGE_AGE)
+            self.publish(queue, dict.fromkeys(zero, 0.0))
+
+    def _due(self, queue: str, now: int) -> bool:
+        last = self._published.get(queue)
+        if last is not None and now - last < self.interval_ms:
+            return False
+        self._published[queue] = now
+        return True
+
+
+@dataclass(slots=True)
+class _Slot:
+    """One queue's place in the run."""
+
+    coordinator: Coordinator
+    mode: Mode = "probe"
+    due_ms: int = 0
+    backoff: float = 0.0
+    quiet_since_ms: int | None = None
+
+    @property
+    def queue(self) -> str:
+        return self.coordinator.keys.queue
+
+
+class _Run:
+    """The state of one `serve` call."""
+
+    def __init__(
+        self,
+        coordinators: Iterable[Coordinator],
+        clock: Clock,
+        settings: ServeSettings,
+        gauges: Gauges | None,
+        on_tick: OnTick | None,
+        hot: frozenset[str] = frozenset(),
+        run_all: RunAll | None = None,
+    ) -> None:
+        self.run_all = run_all
+        self._lock = threading.Lock()
+        """Guards the run's counters when queues are stepped at once (`run_all`)."""
+        self.slots = [
+            _Slot(c, mode="tick" if c.keys.queue in hot else "probe") for c in coordinators
+        ]
+        self.clock, self.settings = clock, settings
+        self.gauges, self.on_tick = gauges, on_tick
+        self.result = ServeResult()
+        self.last_error: StorageError | None = None
+
+    def step_due(self) -> None:
+        now = self.clock.now_ms()
+        due = [slot for slot in self.slots if slot.due_ms <= now]
+        if self.run_all is None or len(due) < 2:
+            for slot in due:
+                self._step(slot)
+        else:  # each queue's coordinator has its own state: only the counters are shared
+            settled(self.run_all, [partial(self._step, slot) for slot in due])
+
+    def _step(self, slot: _Slot) -> None:
+        try:
+            if slot.mode == "probe" and not self._probe(slot):
+                return
+            self._tick(slot)
+        except FATAL:
+            raise
+        except StorageError as exc:  # S3 trouble on one queue: the others go on, this one waits
+            with self._lock:
+                self.result.errors += 1
+                self.last_error = exc
+            log.warning("queue %s: %s", slot.queue, exc, extra={"queue": slot.queue})
+            self._quiet(slot, self.clock.now_ms())
+
+    def _probe(self, slot: _Slot) -> bool:
+        with self._lock:
+            self.result.probes += 1
+        if slot.coordinator.probe():
+            slot.mode = "tick"
+            return True
+        if self.gauges is not None:
+            self.gauges.idle(slot.coordinator)
+        now = self.clock.now_ms()
+        quiet_since = self._quiet(slot, now)
+        if slot.coordinator.lease.leading and now - quiet_since >= ms(self.settings.release_after):
+            slot.coordinator.release()  # idle for long: let whoever comes next take over at once
+        return False
+
+    def _tick(self, slot: _Slot) -> None:
+        result = slot.coordinator.tick()
+        now = self.clock.now_ms()
+        with self._lock:
+            self.result.ticks += 1
+            if result.leader:
+                self.result.led.add(slot.queue)
+                self.result.dispatched += result.dispatched
+                self.result.reaped += result.reaped
+        if self.on_tick is not None:
+            self.on_tick(slot.queue, result)
+        if not result.leader:
+            slot.due_ms = now + ms(self.settings.follow_interval)
+            slot.quiet_since_ms = slot.quiet_since_ms or now
+            return
+        if self.gauges is not None:
+            self.gauges.observe(slot.coordinator, result)
+        if not result.idle:
+            self._busy(slot, now)
+        else:
+            # Nothing left: watch with probes (one LIST) rather than ticks (three), keeping the
+            # lease, so the wait before the next message (or the run's end) costs little.
+            self._quiet(slot, now)
+            slot.mode = "probe"
+
+    def _busy(self, slot: _Slot, now: int) -> None:
+        slot.due_ms = now + ms(self.settings.busy_interval)
+        slot.backoff, slot.quiet_since_ms = 0.0, None
+
+    def _quiet(self, slot: _Slot, now: int) -> int:
+        """Nothing to do on this queue: wait longer each time, up to the idle ceiling.
+
+        Returns since when the queue has been quiet.
+        """
+        s = self.settings
+        slot.backoff = min(s.max_idle_interval, slot.backoff * 2 or s.idle_interval)
+        slot.due_ms = now + ms(slot.backoff)
+        slot.quiet_since_ms = slot.quiet_since_ms or now
+        return slot.quiet_since_ms
+
+    def all_probing(self) -> bool:
+        return all(slot.mode == "probe" for slot in self.slots)
+
+    def quiet_for_ms(self) -> int:
+        """How long every queue has been quiet (0 if one is busy)."""
+        since = [s.quiet_since_ms for s in self.slots if s.quiet_since_ms is not None]
+        if len(since) < len(self.slots):
+            return 0
+        return self.clock.now_ms() - max(since)
+
+    def next_due_ms(self) -> int:
+        return min(slot.due_ms for slot in self.slots)
+
+    def release(self) -> None:
+        for slot in self.slots:
+            if slot.coordinator.lease.leading:
+                try:
+                    slot.coordinator.release()
+                except StorageError as exc:  # the lease lapses by itself after its TTL
+                    log.warning("queue %s: release failed: %s", slot.queue, exc)
+
+
+def created_key(event: Mapping[str, Any]) -> str | None:
+    """The key of an S3 Object Created event (EventBridge; low-latency mode), else None."""
+    key = (event.get("detail") or {}).get("object", {}).get("key")
+    return key if isinstance(key, str) else None
+
+
+def hot_queues(event: Mapping[str, Any], prefix: str) -> set[str]:
+    """The queue an Object Created event names: it has work, so `serve` skips its probe."""
+    key = created_key(event)
+    queue = queue_of_key(prefix, unquote_plus(key)) if key else None
+    return {queue} if queue else set()
+
+
+def serve(
+    coordinators: Iterable[Coordinator],
+    *,
+    remaining_ms: Callable[[], int],
+    clock: Clock,
+    settings: ServeSettings | None = None,
+    gauges: Gauges | None = None,
+    stop: threading.Event | None = None,
+    on_tick: OnTick | None = None,
+    hot: Iterable[str] = (),
+    run_all: RunAll | None = None,
+) -> ServeResult:
+    """Serve every queue until time runs short, `stop` is set, or all are quiet (see module).
+    The `hot` queues are known to have work (an S3 event named them): ticked at once, with no
+    probe first. `run_all` steps the queues that are due at the same time at once (the
+    coordinator Lambda: threads, one per queue); None: one after another."""
+    s = settings or ServeSettings()
+    run = _Run(coordinators, clock, s, gauges, on_tick, frozenset(hot), run_all)
+    if not run.slots:
+        run.result.reason = "idle"
+        return run.result
+    reserve, first = ms(s.reserve), True
+    try:
+        while True:
+            if stop is not None and stop.is_set():
+                run.result.reason = "stopped"
+                break
+            if remaining_ms() <= reserve:
+                run.result.reason = "time"
+                break
+            run.step_due()
+            if first and run.last_error is not None and run.result.errors == len(run.slots):
+                raise run.last_error  # no queue answered at all: fail loudly (alarms see it)
+            if s.linger is not None and (
+                (first and run.all_probing()) or run.quiet_for_ms() >= ms(s.linger)
+            ):
+                run.result.reason = "idle"
+                break
+            first = False
+            wait = min(run.next_due_ms() - clock.now_ms(), remaining_ms() - reserve)
+            clock.sleep(max(wait, 0) / 1000)
+    finally:
+        run.release()
+    return run.result

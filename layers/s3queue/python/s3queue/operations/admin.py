@@ -1,0 +1,272 @@
+"""Operations on a whole queue: stats, dead letters, redrive, purge, delete.
+
+These read every key of a prefix (O(keys)); they are for people and dashboards, not the hot
+path. The coordinator never calls them. What `stats` costs: one LIST per 1,000 keys under
+``inbox/``, ``msg/``, ``parts/``, ``tickets/`` and ``dlq/``, and one GET per ticket that
+changed since the last call with the same `TicketCache` (every ticket the first time).
+
+Dead letters are read in the one schema of `s3queue.protocol.deadletters`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from s3queue.errors import Conflict, MalformedMessage, QueueNotFound
+from s3queue.protocol import deadletters
+from s3queue.protocol.deadletters import DeadLetter
+from s3queue.protocol.keys import MsgKey, QueueKeys, new_id
+from s3queue.protocol.records import TOMBSTONE, Payload, Record, encode_records
+from s3queue.protocol.tickets import Ticket
+from s3queue.storage.base import Entry, Storage, new_token
+
+
+def iter_keys(storage: Storage, prefix: str) -> Iterator[Entry]:
+    """Every entry under a prefix, page by page."""
+    return _iter_after(storage, prefix, None)
+
+
+def exists(storage: Storage, keys: QueueKeys) -> bool:
+    return bool(storage.list(keys.root, limit=1).entries)
+
+
+TicketCache = dict[str, tuple[str, dict[str, int] | None]]
+"""Ticket key -> (etag, in-flight adjustment per message key, None if undecodable)."""
+
+
+def _in_flight(storage: Storage, keys: QueueKeys, cache: TicketCache) -> dict[str, int]:
+    """Message key -> minus the messages of it a live ticket has finished; one GET per change."""
+    seen: TicketCache = {}
+    for entry in iter_keys(storage, keys.tickets):
+        cached = cache.get(entry.key)
+        if cached is not None and cached[0] == entry.etag:
+            seen[entry.key] = cached
+            continue
+        obj = storage.get(entry.key)
+        if obj is not None:
+            seen[entry.key] = (obj.etag, _ticket_refs(obj.body))
+    cache.clear()
+    cache.update(seen)
+    in_flight_keys: dict[str, int] = {}
+    for _, refs in seen.values():
+        in_flight_keys.update(refs or {})
+    return in_flight_keys
+
+
+def _ticket_refs(body: bytes) -> dict[str, int] | None:
+    try:
+        ticket = Ticket.decode(body)
+    except MalformedMessage:
+        return None
+    done = ticket.finished()
+    return {ref.key: -sum(1 for r, _ in done if r == ref.key) for ref in ticket.refs}
+
+
+def stats(
+    storage: Storage, keys: QueueKeys, now_ms: int, cache: TicketCache | None = None
+) -> dict[str, Any]:
+    """Counts of pending, delayed, in-flight and dead messages; what it costs: module docstring."""
+    cache = {} if cache is None else cache
+    in_flight_keys = _in_flight(storage, keys, cache)
+    tickets = sum(1 for _, refs in cache.values() if refs is not None)
+    total = _Counts()
+    partitions: dict[str, _Counts] = {}
+    for entry, count, ready_ms in _messages(storage, keys):
+        part = partitions.setdefault(keys.partition_of(entry.key) or "", _Counts())
+        for counts in (total, part):
+            if entry.key in in_flight_keys:
+                counts.in_flight += count + in_flight_keys[entry.key]
+            elif ready_ms > now_ms:
+                counts.delayed += count
+            else:
+                counts.pending += count
+                counts.oldest = ready_ms if counts.oldest is None else min(counts.oldest, ready_ms)
+    return {
+        "queue": keys.queue,
+        **total.as_dict(now_ms),
+        "dead": count_dead_letters(storage, keys),
+        "tickets": tickets,
+        "partitions": {name: partitions[name].as_dict(now_ms) for name in sorted(partitions)},
+    }
+
+
+@dataclass(slots=True)
+class _Counts:
+    pending: int = 0
+    delayed: int = 0
+    in_flight: int = 0
+    oldest: int | None = None
+
+    def as_dict(self, now_ms: int) -> dict[str, Any]:
+        oldest = self.oldest
+        return {
+            "pending": self.pending,
+            "delayed": self.delayed,
+            "in_flight": self.in_flight,
+            "oldest_age_s": round((now_ms - oldest) / 1000, 3) if oldest is not None else 0.0,
+        }
+
+
+def _messages(storage: Storage, keys: QueueKeys) -> Iterator[tuple[Entry, int, int]]:
+    for entry in iter_keys(storage, keys.inbox):
+        yield entry, 1, entry.last_modified_ms
+    for folder in (keys.msg, keys.parts):
+        for entry in iter_keys(storage, folder):
+            if keys.is_tombstone(entry.key, entry.size):
+                continue
+            parsed = keys.owning(entry.key).parse_msg(entry.key)
+            if parsed is None:
+                yield entry, 1, 0
+            elif parsed.target is None:  # else a late notice (producer.py): not a message
+                yield entry, parsed.count, parsed.ready_ms
+
+
+def count_dead_letters(storage: Storage, keys: QueueKeys) -> int:
+    """Dead letters in the DLQ (LISTs only; an empty object is a redriven one's tombstone)."""
+    return sum(1 for e in iter_dead(storage, keys) if not keys.is_tombstone(e.key, e.size))
+
+
+def iter_dead(storage: Storage, keys: QueueKeys, after: str | None = None) -> Iterator[Entry]:
+    """The DLQ's entries after the key `after`, up to its payloads (they sort after them)."""
+    for entry in _iter_after(storage, keys.dlq, after):
+        if keys.is_dead_payload(entry.key):
+            return
+        yield entry
+
+
+def dead_letters(
+    storage: Storage, keys: QueueKeys, limit: int | None = 100, after: str | None = None
+) -> list[DeadLetter]:
+    """At most `limit` (None: all) dead letters, oldest first, after the DLQ key `after`."""
+    entries: list[DeadLetter] = []
+    for entry in iter_dead(storage, keys, after):
+        if limit is not None and len(entries) >= limit:
+            break
+        obj = None if keys.is_tombstone(entry.key, entry.size) else storage.get(entry.key)
+        if obj is not None:
+            entries.append(deadletters.decode(entry.key, obj.body))
+    return entries
+
+
+def _iter_after(storage: Storage, prefix: str, after: str | None) -> Iterator[Entry]:
+    """Every entry under a prefix whose key sorts after `after`, page by page."""
+    start = after
+    while True:
+        page = storage.list(prefix, start_after=start)
+        yield from page.entries
+        if not page.truncated or not page.entries:
+            return
+        start = page.entries[-1].key
+
+
+def redrive(storage: Storage, keys: QueueKeys, now_ms: int) -> int:
+    """Each dead letter becomes a fresh message (attempt 1, errors kept), then is deleted; its
+    payload goes back to ``blobs/`` (a copy before the message, the delete after)."""
+    moved = 0
+    for entry in list(iter_dead(storage, keys)):
+        obj = None if keys.is_tombstone(entry.key, entry.size) else storage.get(entry.key)
+        if obj is None:
+            continue
+        held = deadletters.decode_record(obj.body)
+        if held is None:
+            continue  # left in place: nothing we could re-enqueue faithfully
+        record, source = held
+        record.attempt = 1
+        kept = record.payload.key if record.payload else None
+        moving = kept is not None and keys.is_dead_payload(kept)
+        if moving and not _payload_back(storage, keys, record, now_ms):
+            continue  # its payload expired first: left to the DLQ's lifecycle rule
+        group = record.group
+        key = MsgKey(now_ms, new_id(now_ms), group) if group else MsgKey(now_ms, new_id(now_ms))
+        home = keys.owning(source)  # back into its partition
+        storage.put(home.msg_key(key), encode_records([record], new_token()), if_none_match=True)
+        # A tombstone, not a delete: a late applier of the commit that wrote this dead letter
+        # cannot create it again (apply.py); the DLQ's lifecycle rule removes it.
+        storage.put(entry.key, TOMBSTONE, if_match=entry.etag)
+        if moving and kept is not None:
+            storage.delete(kept)
+        moved += 1
+    return moved
+
+
+def _payload_back(storage: Storage, keys: QueueKeys, record: Record, now_ms: int) -> bool:
+    """Copy a dead letter's payload to a new ``blobs/`` key and point `record` at it; False if
+    the payload is gone. A crash before the message is put leaves an orphan for `orphans`."""
+    assert record.payload is not None
+    blob = keys.blob(new_id(now_ms))
+    try:
+        storage.copy(record.payload.key, blob, if_match=None, size=record.payload.size)
+    except Conflict:
+        return False
+    record.payload = Payload(blob, record.payload.size)
+    return True
+
+
+def purge(storage: Storage, keys: QueueKeys, *, include_dlq: bool = False) -> int:
+    """Delete every pending and delayed message (and dead letters); how many messages went.
+
+    A packed object counts as its messages; dedup markers and tombstones are not messages.
+    """
+    if not exists(storage, keys):
+        raise QueueNotFound(f"queue {keys.queue!r} has no objects under {keys.root}")
+    purged = _delete_prefix(storage, keys.inbox, lambda entry: 1)
+    purged += _delete_prefix(storage, keys.msg, lambda entry: _message_count(keys, entry))
+    purged += _delete_prefix(storage, keys.parts, lambda e: _message_count(keys.owning(e.key), e))
+    _delete_prefix(storage, keys.ids, lambda entry: 0)
+    if include_dlq:
+        purged += _delete_prefix(storage, keys.dlq, lambda e: _dead_count(keys, e))
+    _purge_blobs(storage, keys, include_dlq=include_dlq)
+    return purged
+
+
+def _purge_blobs(storage: Storage, keys: QueueKeys, *, include_dlq: bool) -> None:
+    """Delete the ``blobs/`` payloads (payload.py) that no dead letter kept holds (one written
+    before dead letters kept theirs in ``dlq/~payloads/``); one LIST when there are none, else a
+    GET per dead letter."""
+    if not storage.list(keys.blobs, limit=1).entries:
+        return
+    held = set() if include_dlq else set(dead_payload_keys(storage, keys))
+    doomed = [e.key for e in iter_keys(storage, keys.blobs) if e.key not in held]
+    for start in range(0, len(doomed), 1000):
+        storage.delete_many(doomed[start : start + 1000])
+
+
+def dead_payload_keys(storage: Storage, keys: QueueKeys) -> Iterator[str]:
+    """The payload key of every dead letter that has one: a GET per dead letter."""
+    for entry in iter_dead(storage, keys):
+        obj = None if keys.is_tombstone(entry.key, entry.size) else storage.get(entry.key)
+        payload = deadletters.decode(entry.key, obj.body)["payload"] if obj is not None else None
+        if payload and isinstance(payload.get("key"), str):
+            yield payload["key"]
+
+
+def _dead_count(keys: QueueKeys, entry: Entry) -> int:
+    """1 for a dead letter; 0 for a tombstone or a dead letter's payload."""
+    return 0 if keys.is_dead_payload(entry.key) else _message_count(keys, entry)
+
+
+def _message_count(keys: QueueKeys, entry: Entry) -> int:
+    """The messages a listed object holds: a packed one all of them, a tombstone none."""
+    if keys.is_tombstone(entry.key, entry.size):
+        return 0
+    parsed = keys.parse_msg(entry.key)
+    return 1 if parsed is None else parsed.count
+
+
+def delete(storage: Storage, keys: QueueKeys) -> int:
+    if not exists(storage, keys):
+        raise QueueNotFound(f"queue {keys.queue!r} has no objects under {keys.root}")
+    return _delete_prefix(storage, keys.root, lambda entry: 1)
+
+
+def _delete_prefix(storage: Storage, prefix: str, weigh: Callable[[Entry], int]) -> int:
+    """Delete every object under `prefix`; the sum of `weigh` over them."""
+    deleted = 0
+    while True:
+        page = storage.list(prefix)
+        if not page.entries:
+            return deleted
+        storage.delete_many(e.key for e in page.entries)
+        deleted += sum(weigh(e) for e in page.entries)

@@ -1,0 +1,1 @@
+"""The producer: `Queue.enqueue`, `enqueue_many` and group commit."""

@@ -1,0 +1,330 @@
+"""`Queue`: the producer's API (enqueue, enqueue_file, enqueue_many) and the admin calls on
+one queue. The arguments are checked here; the objects are written by `writer.Writer`.
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+import math
+import numbers
+import os
+from collections.abc import Iterable, Mapping
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any, BinaryIO
+
+from s3queue.common.clock import Clock, SystemClock
+from s3queue.common.events import Emitter, Listener
+from s3queue.errors import InvalidArgument
+from s3queue.operations import admin
+from s3queue.operations.orphans import Orphans, collect_orphans
+from s3queue.producing import batch
+from s3queue.protocol.attributes import check_attributes
+from s3queue.protocol.deadletters import DeadLetter
+from s3queue.protocol.keys import (
+    QueueKeys,
+    check_message_id,
+    check_partition,
+    check_queue_name,
+    new_id,
+)
+from s3queue.protocol.payload import INLINE_BYTES, source_size
+from s3queue.protocol.records import Payload, Record, record_for
+from s3queue.protocol.writer import Writer
+from s3queue.storage.base import Storage
+from s3queue.storage.streams import Chained, Source
+
+if TYPE_CHECKING:
+    from s3queue.producing.batching import GroupCommit
+
+_log = logging.getLogger(__name__)
+
+MAX_GROUP = 128
+MAX_DELAY = timedelta(days=365)
+"""The longest `delay`: a longer one is almost surely a mistake (milliseconds, or a timestamp
+given as a delay), and a key's 13-digit time field would overflow past about 8.2e9 s."""
+
+Delay = float | timedelta
+
+
+class Queue:
+    """One named queue in a bucket.
+
+    ``Queue("emails", bucket="my-bucket")`` uses a new boto3 client (`make_client`: its
+    endpoint is ``S3QUEUE_ENDPOINT_URL`` if set, else AWS); pass ``s3=`` to share one, or
+    ``storage=`` (e.g. ``MemoryStorage()``) to run without S3.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        bucket: str | None = None,
+        s3: Any = None,
+        prefix: str = "s3queue",
+        storage: Storage | None = None,
+        clock: Clock | None = None,
+        max_message_bytes: int = 10 * 1024 * 1024,
+        listener: Listener | None = None,
+    ) -> None:
+        if storage is None:
+            if not bucket:
+                raise InvalidArgument("Queue needs bucket= (or storage=)")
+            from s3queue.storage.s3 import S3Storage, make_client  # noqa: PLC0415 - boto3 only on demand
+
+            storage = S3Storage(s3 if s3 is not None else make_client(), bucket)
+        self.name = check_queue_name(name)
+        self.storage = storage
+        self.keys = QueueKeys(prefix, name)
+        self.clock = clock or SystemClock()
+        self.max_message_bytes = max_message_bytes
+        self.emit = Emitter(name, listener)
+        self._tickets: admin.TicketCache = {}
+        self.writer = Writer(
+            storage,
+            self.keys,
+            clock=self.clock,
+            emit=self.emit,
+            max_message_bytes=max_message_bytes,
+        )
+
+    def enqueue(
+        self,
+        body: Any,
+        *,
+        id: str | None = None,
+        delay: Delay = 0,
+        group: str | None = None,
+        partition: str | None = None,
+        attributes: Mapping[str, str] | None = None,
+    ) -> str:
+        """Add one message (one PUT) and return its id.
+
+        With an explicit ``id`` a repeated enqueue is a no-op, never a duplicate (an id is
+        unique in the queue, whatever the partition). ``delay`` is in seconds (or a
+        ``timedelta``), from 0 to `MAX_DELAY`. Messages of one ``group`` are handled in enqueue
+        order, one at a time. A ``partition`` (a tenant, a client: 1-64 of ``[A-Za-z0-9_.-]``)
+        is served fairly beside the others, whatever their backlogs; a group lives inside its
+        partition. ``attributes`` (str to str, see `s3queue.protocol.attributes`) reach the
+        handler as ``message.attributes``. A bad argument raises `InvalidArgument` (a bad body
+        `MalformedMessage`) before anything is written.
+        """
+        keys, delay_ms, attrs = self._check(id, delay, group, partition, attributes)
+        return self._enqueue_body(keys, body, id, delay_ms, group, attrs)
+
+    def enqueue_file(
+        self,
+        source: Source,
+        *,
+        id: str | None = None,
+        delay: Delay = 0,
+        group: str | None = None,
+        partition: str | None = None,
+        attributes: Mapping[str, str] | None = None,
+    ) -> str:
+        """Add one message whose payload is a file's bytes (a path, or a readable binary file
+        object, read from its current position to its end) and return its id.
+
+        The bytes are streamed to S3, never held in memory whole: one PUT (a multipart upload
+        above 8 MiB) into ``blobs/``, then a small record in the queue that points at it. A
+        file of up to `INLINE_BYTES` is sent as `enqueue(bytes)` would. The handler reads the
+        payload with ``message.open()``, and as ``message.body`` when it is at most
+        ``max_message_bytes``. Arguments as for `enqueue`; with an ``id`` already enqueued,
+        nothing is uploaded.
+        """
+        keys, delay_ms, attrs = self._check(id, delay, group, partition, attributes)
+        if isinstance(source, str | os.PathLike):
+            if os.stat(source).st_size > self._inline_limit:
+                return self._enqueue_payload(keys, source, id, delay_ms, group, attrs)
+            with open(source, "rb") as stream:
+                return self._enqueue_stream(keys, stream, id, delay_ms, group, attrs)
+        return self._enqueue_stream(keys, source, id, delay_ms, group, attrs)
+
+    @property
+    def _inline_limit(self) -> int:
+        return min(INLINE_BYTES, self.max_message_bytes // 2)
+
+    def _check(
+        self,
+        id: str | None,
+        delay: Delay,
+        group: str | None,
+        partition: str | None,
+        attributes: Mapping[str, str] | None,
+    ) -> tuple[QueueKeys, int, dict[str, str]]:
+        """Every argument of one message checked (`InvalidArgument`): its partition's keys, its
+        delay in ms and its attributes."""
+        delay_ms = _delay_ms(delay)
+        _check_group(group)
+        attrs = check_attributes(attributes)
+        if id is not None:
+            check_message_id(id)
+        return self.keys.partitioned(check_partition(partition)), delay_ms, attrs
+
+    def _enqueue_body(
+        self,
+        keys: QueueKeys,
+        body: Any,
+        id: str | None,
+        delay_ms: int,
+        group: str | None,
+        attrs: dict[str, str],
+    ) -> str:
+        now = self.clock.now_ms()
+        record = record_for(id if id is not None else new_id(now), body, now, group, attrs)
+        record.dedup = id is not None
+        self.writer.send_one(keys, record, delay_ms, now)
+        return record.id
+
+    def _enqueue_stream(
+        self,
+        keys: QueueKeys,
+        stream: BinaryIO,
+        id: str | None,
+        delay_ms: int,
+        group: str | None,
+        attrs: dict[str, str],
+    ) -> str:
+        """Inline `stream` if it turns out small, else upload it (with what was read of it)."""
+        size = source_size(stream)
+        if size is not None and size > self._inline_limit:
+            return self._enqueue_payload(keys, stream, id, delay_ms, group, attrs)
+        start = stream.read(self._inline_limit + 1)
+        if len(start) <= self._inline_limit:
+            return self._enqueue_body(keys, start, id, delay_ms, group, attrs)
+        rest = io.BufferedReader(Chained(start, stream))
+        return self._enqueue_payload(keys, rest, id, delay_ms, group, attrs)
+
+    def _enqueue_payload(
+        self,
+        keys: QueueKeys,
+        source: Source,
+        id: str | None,
+        delay_ms: int,
+        group: str | None,
+        attrs: dict[str, str],
+    ) -> str:
+        """Upload the payload to ``blobs/``, then put its record (payload.py). A producer that
+        dies in between leaves an unreferenced blob behind, never a record without one."""
+        if id is not None and self.writer.enqueued(id):
+            return id
+        now = self.clock.now_ms()
+        blob = keys.blob(new_id(now))
+        head = self.storage.put_file(blob, source)
+        message_id = id if id is not None else new_id(now)
+        payload = Payload(blob, head.size)
+        record = Record(message_id, None, now, group, attributes=attrs, payload=payload)
+        record.dedup = id is not None
+        if not self.writer.send_one(keys, record, delay_ms, now):
+            self.storage.delete(blob)  # the id's first message is there, with its own payload
+        return message_id
+
+    def enqueue_many(
+        self,
+        items: Iterable[Any],
+        *,
+        delay: Delay = 0,
+        partition: str | None = None,
+        attributes: Mapping[str, str] | None = None,
+    ) -> list[str]:
+        """Add many messages, into ``partition`` (None: the default one) unless an item says
+        otherwise; their ids, in the order given.
+
+        Each item is a body, or a `batch.Item` (``s3queue.Item``) with its own ``id``,
+        ``group``, ``partition`` and ``attributes`` (merged over ``attributes=``). Plain ones
+        are packed into as few objects as possible (one PUT per 4 MiB, one partition per
+        object); one with an id or a group is an object of its own, as `enqueue` writes it.
+        Every item is checked before the first PUT: one bad item writes nothing. A PUT that
+        fails stops the batch with `EnqueueIncomplete`, which says
+        which messages are durable and which items to send again (see `batch`).
+        """
+        delay_ms = _delay_ms(delay)
+        check_partition(partition)
+        attrs = check_attributes(attributes)
+        batch.check_items(items)
+        now = self.clock.now_ms()
+        writes, ids = batch.plan(
+            self.writer,
+            items,
+            now=now,
+            delay_ms=delay_ms,
+            attributes=attrs,
+            check_group=_check_group,
+            partition=partition,
+        )
+        batch.send(self.writer, self.keys, writes, now)
+        return ids
+
+    def batching(self, *, window: float = 0.05, max_messages: int = 1000) -> GroupCommit:
+        """A group-commit producer of this queue: concurrent `enqueue` calls arriving within
+        `window` seconds share one PUT, each returning once its message is durable
+        (`s3queue.producing.batching`)."""
+        # Imported on use: the Lambda functions import this module, and never batch.
+        from s3queue.producing.batching import GroupCommit  # noqa: PLC0415
+
+        return GroupCommit(self, window=window, max_messages=max_messages)
+
+    def stats(self) -> dict[str, Any]:
+        """Counts of pending, delayed, in-flight and dead messages, and the oldest's age.
+
+        Costs one LIST per 1,000 keys of the queue, and one GET per ticket that changed since
+        this object's previous call (all of them the first time): poll one `Queue`, not new ones.
+        """
+        return admin.stats(self.storage, self.keys, self.clock.now_ms(), self._tickets)
+
+    def dead_letters(
+        self, limit: int | None = 100, *, after: str | None = None
+    ) -> list[DeadLetter]:
+        """At most `limit` (None: all) DLQ entries, oldest first, each with its error history.
+
+        The next page starts ``after=`` the last entry's ``key``; the schema is in
+        `s3queue.protocol.deadletters`.
+        """
+        return admin.dead_letters(self.storage, self.keys, limit, after)
+
+    def redrive(self) -> int:
+        """Move every DLQ entry back to the queue as a fresh message; how many moved."""
+        return admin.redrive(self.storage, self.keys, self.clock.now_ms())
+
+    def purge(self, *, include_dlq: bool = False) -> int:
+        """Delete every pending message (and the DLQ if asked); how many messages went."""
+        return admin.purge(self.storage, self.keys, include_dlq=include_dlq)
+
+    def collect_orphans(
+        self, *, grace: timedelta = timedelta(days=7), dry_run: bool = False
+    ) -> Orphans:
+        """Delete the stored payloads older than `grace` that no record refers to (a producer
+        died between its upload and its record); a scan of the queue's records (`orphans`)."""
+        grace_ms = int(grace.total_seconds() * 1000)
+        now = self.clock.now_ms()
+        return collect_orphans(self.storage, self.keys, now, grace_ms=grace_ms, dry_run=dry_run)
+
+    def delete(self) -> int:
+        """Delete the queue: every object under its prefix."""
+        return admin.delete(self.storage, self.keys)
+
+
+def _delay_ms(delay: object) -> int:
+    """`delay` in milliseconds; `InvalidArgument` unless a number or timedelta in [0, MAX]."""
+    if isinstance(delay, timedelta):
+        seconds = delay.total_seconds()
+    elif isinstance(delay, numbers.Real) and not isinstance(delay, bool):
+        try:
+            seconds = float(delay)
+        except OverflowError:  # an int beyond any float
+            seconds = math.inf
+    else:
+        raise InvalidArgument(
+            f"delay must be a number of seconds or a datetime.timedelta, got {delay!r}"
+        )
+    limit = MAX_DELAY.total_seconds()
+    if not 0 <= seconds <= limit:  # NaN compares false
+        raise InvalidArgument(
+            f"delay must be finite, from 0 to {limit:.0f} seconds (MAX_DELAY), got {delay!r}"
+        )
+    return round(seconds * 1000)
+
+
+def _check_group(group: str | None) -> None:
+    if group is not None and (not isinstance(group, str) or not 0 < len(group) <= MAX_GROUP):
+        raise InvalidArgument(f"group must be a string of 1-{MAX_GROUP} characters, got {group!r}")

@@ -1,0 +1,122 @@
+"""Dead letters: the stored form of a ``dlq/`` object, written by apply and read by operations.
+
+A dead letter is the message's record (`Record.to_json`) with its history beside it. As
+`decode` returns it (one schema, also ``s3queue dlq list --json``): ``id``, ``queue``, ``key``
+(its DLQ object; pass the last one as ``after=`` for the next page), ``group`` and
+``partition`` (or None), ``attributes`` (a dict, empty when none), ``attempts`` (deliveries, the
+last included), ``reason`` (the last error), ``errors`` (``[{attempt, at, error}]``, ``at`` in
+epoch ms), ``enqueued_ms``, ``dead_ms``, and ``body`` with ``body_encoding``: ``"json"`` (the
+body as enqueued), ``"base64"`` (bytes) or ``"payload"`` (``body`` is None and ``payload`` is
+``{key, size}``: the stored payload, kept beside the dead letter in ``dlq/~payloads/`` and
+expired with it; ``payload`` is None otherwise).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Literal, TypedDict
+
+from s3queue.protocol.records import Record
+
+FORMAT = 1
+
+
+class ErrorEntry(TypedDict):
+    """One failed delivery in a message's error history."""
+
+    attempt: int
+    at: int
+    error: str | None
+
+
+class DeadLetter(TypedDict):
+    """A dead letter as operators see it (`decode`)."""
+
+    id: str | None
+    queue: str | None
+    key: str
+    group: str | None
+    partition: str | None
+    attributes: dict[str, str]
+    attempts: int | None
+    reason: str | None
+    errors: list[ErrorEntry]
+    enqueued_ms: int | None
+    dead_ms: int | None
+    body: Any
+    body_encoding: Literal["json", "base64", "payload"]
+    payload: dict[str, Any] | None
+
+
+def encode(
+    record: Record,
+    *,
+    queue: str,
+    partition: str | None,
+    source: str,
+    dead_ms: int,
+    attempt: int,
+    error: str | None,
+    token: str,
+) -> bytes:
+    """A dead letter for `record`, which failed its last delivery (`attempt`) with `error`."""
+    last: ErrorEntry = {"attempt": attempt, "at": dead_ms, "error": error}
+    doc = record.to_json()
+    doc.update(
+        {
+            "v": FORMAT,
+            "token": token,
+            "queue": queue,
+            "partition": partition,
+            "source": source,
+            "dead_ms": dead_ms,
+            "attempts": attempt,
+            "errors": [*record.errors, last],
+            "reason": error,
+        }
+    )
+    return json.dumps(doc).encode()
+
+
+def decode(key: str, data: bytes) -> DeadLetter:
+    """A stored DLQ object in the schema of the module docstring; never raises."""
+    doc = _document(data) or {"reason": "undecodable dead letter"}
+    raw = "b64" in doc
+    payload = doc.get("payload") if isinstance(doc.get("payload"), dict) else None
+    errors = list(doc.get("errors") or [])
+    return {
+        "id": doc.get("id"),
+        "queue": doc.get("queue"),
+        "key": key,
+        "group": doc.get("group"),
+        "partition": doc.get("partition"),
+        "attributes": dict(doc.get("attrs") or {}),
+        "attempts": doc.get("attempts", len(errors) or None),
+        "reason": doc.get("reason"),
+        "errors": errors,
+        "enqueued_ms": doc.get("enqueued_ms"),
+        "dead_ms": doc.get("dead_ms"),
+        "body": doc.get("b64") if raw else doc.get("body"),
+        "body_encoding": "payload" if payload else "base64" if raw else "json",
+        "payload": payload,
+    }
+
+
+def decode_record(data: bytes) -> tuple[Record, str] | None:
+    """The message a dead letter holds and the key it died from (to redrive it into its
+    partition); None if it cannot be re-enqueued faithfully."""
+    doc = _document(data)
+    if doc is None:
+        return None
+    try:
+        return Record.from_json(doc), str(doc.get("source", ""))
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
+def _document(data: bytes) -> dict[str, Any] | None:
+    try:
+        doc = json.loads(data)
+    except ValueError:
+        return None
+    return doc if isinstance(doc, dict) else None

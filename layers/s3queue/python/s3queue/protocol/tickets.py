@@ -1,0 +1,197 @@
+"""Tickets: the refs a coordinator publishes, the claim, the outcomes a worker commits."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from s3queue.errors import MalformedMessage
+from s3queue.protocol.records import FORMAT
+
+OutcomeKind = Literal["done", "retry", "dead", "release", "skip"]
+"""done, retry, dead: the handler ran; release: it did not, the message goes back as it was;
+skip: an explicit-id message already handled (its marker is done), retired without running."""
+TicketState = Literal["pending", "claimed", "committed"]
+
+
+@dataclass(slots=True)
+class Ref:
+    """A ticket's reference to one stored object (a message, or a packed object of many)."""
+
+    key: str
+    etag: str
+    size: int
+    redeliveries: int = 0
+    """Lease expiries counted for every message of the ref (tickets of earlier versions)."""
+    expiries: dict[str, int] = field(default_factory=dict)
+    """A message's index in the object -> lease expiries while the ticket recorded it running."""
+
+    def counted(self, index: int) -> int:
+        """Deliveries of the ref's `index`-th message that started its handler and ended with
+        its lease (its outcome unrecorded)."""
+        return self.redeliveries + self.expiries.get(str(index), 0)
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"key": self.key, "etag": self.etag, "size": self.size}
+        if self.redeliveries:
+            out["redel"] = self.redeliveries
+        if self.expiries:
+            out["expired"] = self.expiries
+        return out
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Ref:
+        expiries = {str(k): int(v) for k, v in dict(data.get("expired", {})).items()}
+        return cls(
+            data["key"], data["etag"], int(data["size"]), int(data.get("redel", 0)), expiries
+        )
+
+
+@dataclass(slots=True)
+class Outcome:
+    """What happened to one message of a ticket (the commit records one per message)."""
+
+    ref: str
+    id: str
+    kind: OutcomeKind
+    at_ms: int
+    error: str | None = None
+    delay_ms: int = 0
+    attempt: int = 0
+    """The attempt this outcome ends (0 for a release: the handler did not run). Kept here, not
+    derived at apply time: a lease expiry after a heartbeat recorded it must not count."""
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"ref": self.ref, "id": self.id, "kind": self.kind, "at": self.at_ms}
+        if self.error is not None:
+            out["error"] = self.error
+        if self.delay_ms:
+            out["delay"] = self.delay_ms
+        if self.attempt:
+            out["attempt"] = self.attempt
+        return out
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Outcome:
+        return cls(
+            data["ref"],
+            data["id"],
+            data["kind"],
+            int(data["at"]),
+            data.get("error"),
+            int(data.get("delay", 0)),
+            int(data.get("attempt", 0)),
+        )
+
+
+@dataclass(slots=True)
+class Ticket:
+    """A unit of dispatch: refs to up to ``batch_size`` messages, and the lease on them."""
+
+    queue: str
+    epoch: int
+    seq: int
+    refs: list[Ref]
+    created_ms: int
+    state: TicketState = "pending"
+    generation: int = 0
+    owner: str | None = None
+    lease_until_ms: int = 0
+    committed_ms: int = 0
+    running: str | None = None
+    """The ref whose message the holder started last (see `expire`)."""
+    running_index: int = 0
+    """That message's index in the ref's object."""
+    running_id: str | None = None
+    """That message's id (None when the claim recorded the first message before reading it)."""
+    outcomes: list[Outcome] = field(default_factory=list)
+    history: list[dict[str, Any]] = field(default_factory=list)
+
+    def encode(self, token: str) -> bytes:
+        doc = {
+            "v": FORMAT,
+            "token": token,
+            "queue": self.queue,
+            "epoch": self.epoch,
+            "seq": self.seq,
+            "created": self.created_ms,
+            "state": self.state,
+            "gen": self.generation,
+            "owner": self.owner,
+            "lease_until": self.lease_until_ms,
+            "committed": self.committed_ms,
+            "running": self.running,
+            "running_index": self.running_index,
+            "running_id": self.running_id,
+            "refs": [r.to_json() for r in self.refs],
+            "outcomes": [o.to_json() for o in self.outcomes],
+            "history": self.history,
+        }
+        return json.dumps(doc, separators=(",", ":")).encode()
+
+    @classmethod
+    def decode(cls, data: bytes | dict[str, Any]) -> Ticket:
+        try:
+            doc = json.loads(data) if isinstance(data, bytes) else data
+            return cls(
+                queue=doc["queue"],
+                epoch=int(doc["epoch"]),
+                seq=int(doc["seq"]),
+                refs=[Ref.from_json(r) for r in doc["refs"]],
+                created_ms=int(doc["created"]),
+                state=doc["state"],
+                generation=int(doc["gen"]),
+                owner=doc.get("owner"),
+                lease_until_ms=int(doc.get("lease_until", 0)),
+                committed_ms=int(doc.get("committed", 0)),
+                running=doc.get("running"),
+                running_index=int(doc.get("running_index", 0)),
+                running_id=doc.get("running_id"),
+                outcomes=[Outcome.from_json(o) for o in doc.get("outcomes", [])],
+                history=list(doc.get("history", [])),
+            )
+        except (ValueError, KeyError, TypeError) as exc:
+            raise MalformedMessage(f"undecodable ticket: {exc}") from exc
+
+    def to_payload(self, key: str, etag: str) -> dict[str, Any]:
+        """What the coordinator sends a worker: enough to claim without reading the ticket."""
+        return {
+            "queue": self.queue,
+            "ticket": key,
+            "etag": etag,
+            "doc": json.loads(self.encode("")),
+        }
+
+    def finished(self) -> set[tuple[str, str]]:
+        return {(o.ref, o.id) for o in self.outcomes}
+
+    def expire(self, now_ms: int) -> None:
+        """An expired claim back to pending as a new generation (which fences the holder).
+
+        Only the message the ticket records as running counts one more delivery (if its
+        outcome was not recorded): it started its handler, and may have killed its worker. A
+        message whose handler never started is never counted, so a delivery limit never
+        dead-letters it. The worker records `running` before each start on a redelivered
+        ticket (one PUT each); on a first delivery the claim records the first message and
+        heartbeats the later ones, so a later start after the last heartbeat goes uncounted
+        (`Message.redelivered` still shows it).
+        """
+        finished = (self.running, self.running_id) in self.finished()
+        for ref in self.refs:
+            if ref.key == self.running and not finished:
+                index = str(self.running_index)
+                ref.expiries[index] = ref.expiries.get(index, 0) + 1
+        self.history.append(
+            {
+                "event": "expired",
+                "owner": self.owner,
+                "gen": self.generation,
+                "lease_until": self.lease_until_ms,
+                "at": now_ms,
+                "running": [self.running, self.running_index, self.running_id],
+            }
+        )
+        self.state, self.owner, self.lease_until_ms = "pending", None, 0
+        self.running, self.running_index, self.running_id = None, 0, None
+        self.generation += 1

@@ -1,0 +1,378 @@
+"""Applying a committed ticket's outcomes: idempotent, so anyone who finds it committed may.
+
+Order per ticket: PUT every copy (retry copies, remainders, dead letters), mark explicit-id
+markers done, retire the source objects, then DELETE the ticket. A source is retired only
+after its copies exist, and the ticket only after all of that.
+
+Copies are created with If-None-Match on deterministic keys, so two appliers write each once.
+A copy must also never be written *again* after it was consumed (handled and retired), or it
+would run twice:
+
+    committer  commit ....(paused)........................................ PUT copy (again!)
+    helper              (ticket quiet) apply: PUT copy, retire source, DELETE ticket
+    coordinator                                    dispatch copy -> handled -> retire copy
+
+So a consumed copy is not deleted but overwritten by an empty *tombstone* (PUT If-Match): the
+late PUT If-None-Match then fails. The coordinator skips tombstones and deletes them after
+``CoordinatorSettings.tombstone_ttl``. Copies also carry their ticket as origin
+(``~o<epoch>-<seq>``) and are not dispatched while it lives. Original messages are deleted
+outright: nothing ever writes their keys again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from s3queue.errors import Conflict, MalformedMessage
+from s3queue.protocol import deadletters
+from s3queue.protocol.attributes import from_metadata
+from s3queue.protocol.keys import MsgKey, QueueKeys, ticket_name
+from s3queue.protocol.payload import kept_name
+from s3queue.protocol.records import (
+    TOMBSTONE,
+    Marker,
+    Payload,
+    Record,
+    decode_records,
+    encode_records,
+    foreign_id,
+)
+from s3queue.protocol.records import foreign_record as _foreign
+from s3queue.protocol.tickets import Outcome, Ref, Ticket
+from s3queue.storage.base import Storage, new_token
+
+
+@dataclass(frozen=True, slots=True)
+class Loaded:
+    """The records of one ref, or why there are none."""
+
+    records: list[Record]
+    error: str | None = None
+    """Set when the object could not be decoded; `records` then holds one raw record."""
+
+
+def load_ref(storage: Storage, keys: QueueKeys, ref: Ref, max_bytes: int) -> Loaded | None:
+    """GET a ref's object and decode it; None if it is gone (its outcomes were applied).
+
+    An object another service put that is larger than `max_bytes` is not read: a HEAD gives
+    its metadata, and its message's payload is the object itself (payload.py)."""
+    name = ref.key[len(keys.root) :]
+    library = keys.owning(ref.key).parse_msg(ref.key) is not None
+    if not library and ref.size > max_bytes:
+        head = storage.head(ref.key)
+        if head is None:
+            return None
+        payload = Payload(ref.key, head.size, head.etag)
+        return Loaded([_large(name, payload, head.last_modified_ms, head.metadata)])
+    obj = storage.get(ref.key)
+    if obj is None or keys.is_tombstone(ref.key, len(obj.body)):
+        return None
+    if library:
+        try:
+            records = decode_records(obj.body)
+        except MalformedMessage as exc:
+            return Loaded([_foreign(name, obj.body, obj.last_modified_ms)], str(exc))
+    elif len(obj.body) > max_bytes:  # it grew since it was listed
+        payload = Payload(ref.key, len(obj.body), obj.etag)
+        return Loaded([_large(name, payload, obj.last_modified_ms, obj.metadata)])
+    else:
+        attributes = from_metadata(obj.metadata)
+        records = [_foreign(name, obj.body, obj.last_modified_ms, attributes)]
+    if len(obj.body) > max_bytes:
+        return Loaded(records, f"oversized: {len(obj.body)} bytes > {max_bytes}")
+    return Loaded(records)
+
+
+def _large(name: str, payload: Payload, modified_ms: int, metadata: dict[str, str]) -> Record:
+    """The message of a large object another service put: its payload is the object."""
+    attributes = from_metadata(metadata)
+    return Record(foreign_id(name), None, modified_ms, attributes=attributes, payload=payload)
+
+
+Loader = Callable[[Ref], Loaded | None]
+
+
+def apply_ticket(
+    storage: Storage, keys: QueueKeys, ticket: Ticket, etag: str, loader: Loader
+) -> None:
+    """Carry out a committed ticket's outcomes, then delete it.
+
+    Ungrouped copies get a sort time no earlier than the commit, so they land ahead of the
+    coordinator's cursor (within its straggler margin); a group's stay in its place in line and
+    the coordinator rewinds to them when the ticket is gone.
+    """
+    origin = ticket_name(ticket.epoch, ticket.seq)
+    by_ref: dict[str, list[Outcome]] = {}
+    for outcome in ticket.outcomes:
+        by_ref.setdefault(outcome.ref, []).append(outcome)
+    sources: list[str] = []
+    blobs: list[str] = []
+    for ref in ticket.refs:
+        outcomes = by_ref.get(ref.key, [])
+        owning = keys.owning(ref.key)  # copies stay in the message's partition
+        if not outcomes or _untouched(owning, ticket, ref, outcomes):
+            continue
+        loaded = loader(ref)
+        if loaded is None:
+            continue  # already applied by someone else
+        blobs += _apply_ref(storage, owning, ticket, origin, ref, loaded.records, outcomes)
+        sources.append(ref.key)
+    if blobs:  # payloads of finished messages, before their records (payload.py)
+        storage.delete_many(blobs)
+    _retire(storage, keys, ticket, sources)
+    # Conflict: nobody writes a committed ticket, so only another applier deleting it first.
+    with contextlib.suppress(Conflict):
+        storage.delete(keys.ticket(ticket.epoch, ticket.seq), if_match=etag)
+
+
+def _untouched(keys: QueueKeys, ticket: Ticket, ref: Ref, outcomes: list[Outcome]) -> bool:
+    """A grouped message released as it was stays where it is, keeping its place in line
+    (unless an expiry counted a delivery or may have run it: a copy records that)."""
+    if ref.redeliveries or ref.expiries or ticket.generation > 0:
+        return False
+    if any(o.kind != "release" for o in outcomes):
+        return False
+    source = keys.parse_msg(ref.key)
+    return source is not None and source.group is not None
+
+
+def _retire(storage: Storage, keys: QueueKeys, ticket: Ticket, sources: list[str]) -> None:
+    """Delete original messages, tombstone copies, delete inbox objects if unchanged."""
+    etags = {r.key: r.etag for r in ticket.refs}
+    originals: list[str] = []
+    for key in sources:
+        owning = keys.owning(key)
+        parsed = owning.parse_msg(key)
+        if parsed is not None and parsed.origin is not None:
+            # Conflict: already a tombstone (another applier), or long gone.
+            with contextlib.suppress(Conflict):
+                storage.put(key, TOMBSTONE, if_match=etags[key])
+        elif key.startswith(owning.msg):
+            originals.append(key)
+        else:
+            # Conflict: the other service put a new object under the same name, a new message.
+            with contextlib.suppress(Conflict):
+                storage.delete(key, if_match=etags[key])
+    if originals:
+        storage.delete_many(originals)
+
+
+def _apply_ref(
+    storage: Storage,
+    keys: QueueKeys,
+    ticket: Ticket,
+    origin: str,
+    ref: Ref,
+    records: list[Record],
+    outcomes: list[Outcome],
+) -> list[str]:
+    """Carry out one ref's outcomes; what was released goes back as one copy. The ``blobs/``
+    payloads of the messages that are finished, for the caller to delete."""
+    kinds = {o.id: o for o in outcomes}
+    source = keys.parse_msg(ref.key)
+    released: list[Record] = []
+    finished: list[str] = []
+    for index, stored in enumerate(records):
+        outcome = kinds.get(stored.id)
+        delivered = stored.attempt + ref.counted(index)
+        record = _placed(storage, keys, ref, stored, outcome)
+        gone = outcome is not None and outcome.kind in ("done", "skip", "dead")
+        if gone and stored.payload is not None and stored.payload.key.startswith(keys.blobs):
+            finished.append(stored.payload.key)  # a dead letter has its own copy by now
+        if outcome is None or outcome.kind == "release":
+            again = record.redelivered or ticket.generation > 0
+            released.append(_with(record, attempt=delivered, redelivered=again))
+        else:
+            _apply_outcome(storage, keys, ticket, ref, source, record, outcome, delivered)
+    if released:
+        _put_released(storage, keys, ticket, origin, source, released)
+    return finished
+
+
+def _placed(
+    storage: Storage, keys: QueueKeys, ref: Ref, record: Record, outcome: Outcome | None
+) -> Record:
+    """`record` with its payload where its next home needs it (payload.py)."""
+    if outcome is not None and outcome.kind in ("done", "skip"):
+        return record
+    if outcome is not None and outcome.kind == "dead":
+        return _dead_payload(storage, keys, ref, record, keys.dead(outcome.at_ms, record.id))
+    return _keep_payload(storage, keys, ref, record)
+
+
+def _dead_payload(
+    storage: Storage, keys: QueueKeys, ref: Ref, record: Record, dead_key: str
+) -> Record:
+    """A dead letter's payload is copied server-side beside it, under ``dlq/``, so the DLQ's
+    lifecycle rule expires the two together; the caller deletes a ``blobs/`` original once
+    the dead letter exists."""
+    payload = record.payload
+    if payload is None:
+        return record
+    if payload.key == ref.key:  # a large inbox object: the version that was read
+        version: str | None = payload.etag or ref.etag
+    elif payload.key.startswith(keys.blobs):  # written once: any version is the one
+        version = None
+    else:
+        return record
+    kept = keys.dead_payload(dead_key)
+    # Conflict: the source is gone, deleted by an earlier apply that made this same copy.
+    with contextlib.suppress(Conflict):
+        storage.copy(payload.key, kept, if_match=version, size=payload.size)
+    return _with(record, payload=Payload(kept, payload.size).to_json())
+
+
+def _keep_payload(storage: Storage, keys: QueueKeys, ref: Ref, record: Record) -> Record:
+    """A large inbox object is its message's payload, and is retired with the ticket: a
+    message that stays (retry, release) gets a server-side copy in ``blobs/`` first, and its
+    record points there (payload.py); a dead letter's goes to ``dlq/`` (`_dead_payload`)."""
+    payload = record.payload
+    if payload is None or payload.key != ref.key:
+        return record
+    version = payload.etag or ref.etag
+    kept = keys.blob(kept_name(record.id, version))
+    # Conflict: the source is gone, retired by an earlier apply that made this same copy.
+    with contextlib.suppress(Conflict):
+        storage.copy(ref.key, kept, if_match=version, size=payload.size)
+    return _with(record, payload=Payload(kept, payload.size).to_json())
+
+
+def _apply_outcome(
+    storage: Storage,
+    keys: QueueKeys,
+    ticket: Ticket,
+    ref: Ref,
+    source: MsgKey | None,
+    record: Record,
+    outcome: Outcome,
+    delivered: int,
+) -> None:
+    """A handled record: a retry copy, a dead letter, and an explicit id's marker done."""
+    attempt = outcome.attempt or delivered
+    if outcome.kind == "retry":
+        _put_retry(storage, keys, record, outcome, attempt, source, ticket)
+    elif outcome.kind == "dead":
+        _put_dead(storage, keys, record, outcome, attempt, ref.key)
+    if outcome.kind in ("done", "dead") and record.dedup:
+        _mark_done(storage, keys, record.id)
+
+
+def _put_released(
+    storage: Storage,
+    keys: QueueKeys,
+    ticket: Ticket,
+    origin: str,
+    source: MsgKey | None,
+    released: list[Record],
+) -> None:
+    """One copy of a ref's released records: a group's in its place in line, else at commit."""
+    grouped = source is not None and source.group is not None
+    sort_ms = source.sort_ms if source and grouped else ticket.committed_ms
+    base = source.id if source else released[0].id
+    key = MsgKey(
+        sort_ms,
+        base,
+        source.group if source else None,
+        source.not_before_ms if source else 0,
+        len(released),
+        origin,
+    )
+    _create(storage, keys.msg_key(key), encode_records(released, new_token()))
+    for record in released:
+        if record.dedup:
+            _follow_marker(storage, keys, record.id, keys.msg_key(key))
+
+
+def _with(record: Record, **changes: object) -> Record:
+    data = record.to_json()
+    data.update({k: v for k, v in changes.items()})
+    return Record.from_json(data)
+
+
+def _put_retry(
+    storage: Storage,
+    keys: QueueKeys,
+    record: Record,
+    outcome: Outcome,
+    attempt: int,
+    source: MsgKey | None,
+    ticket: Ticket,
+) -> None:
+    error = {"attempt": attempt, "at": outcome.at_ms, "error": outcome.error}
+    retry = _with(record, attempt=attempt + 1, errors=[*record.errors, error])
+    due = outcome.at_ms + outcome.delay_ms
+    origin = ticket_name(ticket.epoch, ticket.seq)
+    if record.group is not None and source is not None:
+        # FIFO: keep the group's place in line; the group waits until the retry is due.
+        key = MsgKey(source.sort_ms, record.id, record.group, due, 1, origin)
+    else:
+        key = MsgKey(max(due, ticket.committed_ms), record.id, None, 0, 1, origin)
+    _create(storage, keys.msg_key(key), encode_records([retry], new_token()))
+    if record.dedup:
+        _follow_marker(storage, keys, record.id, keys.msg_key(key))
+
+
+def _follow_marker(storage: Storage, keys: QueueKeys, message_id: str, copy_key: str) -> None:
+    """Point a pending explicit id's marker at the message's new copy: a repeated enqueue
+    with that id then finds the copy (its PUT is a no-op), instead of putting the message
+    again at its first key, deleted once this copy was made. Conflict: the marker changed
+    (done, or moved by an earlier apply of this commit): leave it."""
+    found = read_marker(storage, keys, message_id)
+    if found is None:
+        return
+    marker, etag = found
+    if marker.done or marker.key == copy_key:
+        return
+    token = new_token()
+    with contextlib.suppress(Conflict):
+        storage.put(
+            keys.marker(message_id),
+            Marker("pending", copy_key).encode(token),
+            if_match=etag,
+            token=token,
+        )
+
+
+def read_marker(storage: Storage, keys: QueueKeys, message_id: str) -> tuple[Marker, str] | None:
+    """An explicit id's marker and its ETag; None if there is none or it cannot be read."""
+    obj = storage.get(keys.marker(message_id))
+    if obj is None:
+        return None
+    try:
+        return Marker.decode(obj.body), obj.etag
+    except MalformedMessage:
+        return None
+
+
+def _put_dead(
+    storage: Storage,
+    keys: QueueKeys,
+    record: Record,
+    outcome: Outcome,
+    attempt: int,
+    source_key: str,
+) -> None:
+    entry = deadletters.encode(
+        record,
+        queue=keys.queue,
+        partition=keys.partition,
+        source=source_key,
+        dead_ms=outcome.at_ms,
+        attempt=attempt,
+        error=outcome.error,
+        token=new_token(),
+    )
+    _create(storage, keys.dead(outcome.at_ms, record.id), entry)
+
+
+def _mark_done(storage: Storage, keys: QueueKeys, message_id: str) -> None:
+    token = new_token()
+    storage.put(keys.marker(message_id), Marker("done").encode(token), token=token)
+
+
+def _create(storage: Storage, key: str, body: bytes) -> None:
+    # Conflict: an earlier apply of this same commit wrote it (keys are deterministic).
+    with contextlib.suppress(Conflict):
+        storage.put(key, body, if_none_match=True)

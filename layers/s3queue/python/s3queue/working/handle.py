@@ -1,0 +1,158 @@
+"""Running one message: build the `Message`, call the handler, turn what happened into an
+`Outcome` (with its backoff when it is a retry).
+
+Apart from the ticket flow (worker.py) because none of it touches the ticket: it sees one
+record and returns one outcome, so what the handler may do (raise, give up, run on a message
+delivered too often, or on an explicit id already handled) is judged in one place.
+"""
+
+from __future__ import annotations
+
+import functools
+import random
+import time
+from collections.abc import Callable
+from typing import Any
+
+from s3queue.common.backoff import compute_backoff
+from s3queue.common.clock import Clock
+from s3queue.common.events import Emitter
+from s3queue.contract.settings import QueueSettings
+from s3queue.errors import PayloadMissing, PermanentError, StorageError
+from s3queue.message import Message
+from s3queue.protocol.keys import QueueKeys
+from s3queue.protocol.payload import open_payload
+from s3queue.protocol.records import Record, to_datetime
+from s3queue.protocol.tickets import Outcome, OutcomeKind, Ref
+from s3queue.storage.base import Storage
+from s3queue.working.apply import read_marker
+
+Handler = Callable[[Message], object]
+
+
+class Runner:
+    """Runs messages of one queue through a handler, one at a time."""
+
+    def __init__(
+        self,
+        storage: Storage,
+        keys: QueueKeys,
+        settings: QueueSettings,
+        *,
+        clock: Clock,
+        rng: random.Random,
+        emit: Emitter,
+    ) -> None:
+        self.storage, self.keys, self.settings = storage, keys, settings
+        self.clock, self.rng, self.emit = clock, rng, emit
+
+    def handle(
+        self,
+        handler: Handler,
+        ref: Ref,
+        index: int,
+        record: Record,
+        error: str | None,
+        redelivered: bool,
+    ) -> Outcome:
+        """The outcome of one message: dead or skipped without running, else the handler's."""
+        attempt = record.attempt + ref.counted(index)
+        now = self.clock.now_ms()
+        if error is not None:
+            return self.outcome(ref, record, "dead", f"MalformedMessage: {error}", attempt)
+        if attempt > self.settings.max_retries + 1:
+            expired = ref.counted(index)
+            why = (
+                f"delivered {attempt - 1} times (its handler started each time; the lease "
+                f"expired {expired} of them while it ran)"
+            )
+            return self.outcome(ref, record, "dead", why, attempt)
+        if record.dedup and self._already_done(record.id):
+            # Put again by a repeated enqueue after it was handled: retire it, run nothing.
+            self.emit("skip", now, message_id=record.id, reason="explicit id already handled")
+            return Outcome(ref.key, record.id, "skip", now, None, 0, attempt)
+        try:
+            message = self._message(ref, record, attempt, redelivered or record.redelivered)
+        except PayloadMissing as exc:
+            return self.outcome(ref, record, "dead", _describe(exc), attempt)
+        except StorageError as exc:  # reading its payload failed: a failed delivery, retried
+            kind: OutcomeKind = "dead" if attempt > self.settings.max_retries else "retry"
+            return self.outcome(ref, record, kind, _describe(exc), attempt)
+        self.emit(
+            "handler_start",
+            now,
+            message_id=record.id,
+            attempt=attempt,
+            ref=ref.key,
+            redelivered=message.redelivered,
+        )
+        return self._call(handler, message, ref, record)
+
+    def _message(self, ref: Ref, record: Record, attempt: int, redelivered: bool) -> Message:
+        """The handler's view of `record`; a stored payload up to `max_message_bytes` is read
+        into `body` (one GET), a larger one only if the handler opens it."""
+        queue = self.keys.queue
+        body, size, opener = record.body, -1, None
+        payload = record.payload
+        if payload is not None:
+            size, opener = payload.size, functools.partial(open_payload, self.storage, payload)
+            if payload.size <= self.settings.max_message_bytes:
+                with opener() as stream:
+                    body = stream.read()
+        return Message(
+            record.id,
+            body,
+            attempt,
+            to_datetime(record.enqueued_ms),
+            record.group,
+            queue,
+            f"{queue}:{record.id}",
+            redelivered,
+            self.keys.partition_of(ref.key),
+            dict(record.attributes),
+            size,
+            opener,
+        )
+
+    def _call(self, handler: Handler, message: Message, ref: Ref, record: Record) -> Outcome:
+        attempt, started = message.attempt, time.perf_counter()
+        try:
+            handler(message)
+        except (PermanentError, PayloadMissing) as exc:  # a payload gone never comes back
+            return self.outcome(ref, record, "dead", _describe(exc), attempt, started)
+        except Exception as exc:  # noqa: BLE001 - any handler failure is a retry, never a crash
+            kind: OutcomeKind = "dead" if attempt > self.settings.max_retries else "retry"
+            return self.outcome(ref, record, kind, _describe(exc), attempt, started)
+        return self.outcome(ref, record, "done", None, attempt, started)
+
+    def outcome(
+        self,
+        ref: Ref,
+        record: Record,
+        kind: OutcomeKind,
+        error: str | None,
+        attempt: int,
+        started: float | None = None,
+    ) -> Outcome:
+        """Record `kind` now, with a backoff delay if it is a retry; emits handler_finish."""
+        now = self.clock.now_ms()
+        delay = 0
+        if kind == "retry":
+            s = self.settings
+            delay = round(compute_backoff(attempt, s.backoff_base, s.backoff_cap, self.rng) * 1000)
+        fields: dict[str, Any] = {"message_id": record.id, "attempt": attempt, "outcome": kind}
+        if started is not None:
+            fields["duration_ms"] = round((time.perf_counter() - started) * 1000, 3)
+        if error is not None:
+            fields["error"] = error
+        self.emit("handler_finish", now, delay_ms=delay, **fields)
+        return Outcome(ref.key, record.id, kind, now, error, delay, attempt)
+
+    def _already_done(self, message_id: str) -> bool:
+        found = read_marker(self.storage, self.keys, message_id)
+        return found is not None and found[0].done
+
+
+def _describe(exc: BaseException) -> str:
+    text = f"{type(exc).__name__}: {exc}"
+    return text if len(text) <= 2000 else text[:2000] + "..."

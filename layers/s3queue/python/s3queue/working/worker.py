@@ -1,0 +1,349 @@
+"""The worker: claim a ticket, run the handler on each message, heartbeat, commit, apply.
+
+    claim     GET lease (fencing check), PUT ticket If-Match   -> state claimed, lease_until
+    run       GET each message object; handler per message; heartbeats record finished outcomes
+    commit    PUT ticket If-Match with every outcome            -> the commit point
+    apply     copies, deletes, DELETE ticket (apply.py)
+
+Every write to the ticket is a CAS on the ETag of the previous one, so once the coordinator
+reaps an expired claim (a new generation), the old holder's next heartbeat or commit fails
+with `LeaseLost` and nothing it did after the last successful heartbeat counts.
+
+This module is the ticket flow: the fencing check, the claim, the walk over the ticket's
+messages (which may start, which are released), the commit and the apply. The claimed
+ticket's writes and heartbeat are claim.py's; running one message and judging its outcome,
+handle.py's.
+"""
+
+from __future__ import annotations
+
+import random
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any, Literal
+
+from s3queue.common.clock import Clock, SystemClock
+from s3queue.common.concurrency import RunAll, Threads, settled
+from s3queue.common.events import Emitter, Listener
+from s3queue.contract.settings import CoordinatorSettings, QueueSettings
+from s3queue.errors import LeaseLost, S3QueueError
+from s3queue.protocol.keys import QueueKeys, check_queue_name
+from s3queue.protocol.lease import read_lease
+from s3queue.protocol.records import Record
+from s3queue.protocol.tickets import Outcome, OutcomeKind, Ref, Ticket
+from s3queue.storage.base import Storage
+from s3queue.working.apply import Loaded, apply_ticket, load_ref
+from s3queue.working.claim import Beating, Claim
+from s3queue.working.guard import Guard
+from s3queue.working.handle import Handler, Runner
+from s3queue.working.typed import bind
+
+__all__ = ["Handler", "Status", "WorkResult", "Worker"]
+
+Status = Literal["committed", "applied", "rejected", "deferred", "busy", "lost", "gone"]
+
+
+@dataclass(slots=True)
+class WorkResult:
+    """What became of one ticket in this worker."""
+
+    ticket: str
+    status: Status
+    outcomes: list[Outcome] = field(default_factory=list)
+
+    def count(self, kind: OutcomeKind) -> int:
+        return sum(1 for o in self.outcomes if o.kind == kind)
+
+
+READ_AHEAD = 32
+"""Objects of a ticket read at once, at most: GETs overlap instead of adding up."""
+READ_AHEAD_BYTES = 8 * 1024 * 1024
+"""...and at most this many bytes of them (by the sizes the LIST gave), at least one."""
+"""Objects of a ticket read at once, ahead of the handler (at most this many held unread)."""
+
+
+class Worker:
+    """Processes tickets of one queue with one handler callable."""
+
+    def __init__(
+        self,
+        storage: Storage,
+        queue: str,
+        *,
+        prefix: str = "s3queue",
+        settings: QueueSettings | None = None,
+        # Unused: callers hand both roles the same settings, and a worker needs none of them.
+        coordination: CoordinatorSettings | None = None,
+        clock: Clock | None = None,
+        rng: random.Random | None = None,
+        owner: str | None = None,
+        listener: Listener | None = None,
+        time_margin: float = 5.0,
+        heartbeat_thread: bool = False,
+        read_ahead: RunAll | None = None,
+    ) -> None:
+        self.storage = storage
+        self.keys = QueueKeys(prefix, check_queue_name(queue))
+        self.settings = settings or QueueSettings()
+        self.clock = clock or SystemClock()
+        self.rng = rng or random.Random()
+        self.owner = owner or uuid.uuid4().hex[:12]
+        self.emit = Emitter(queue, listener)
+        self.visibility_ms = round(self.settings.visibility_timeout * 1000)
+        # At most a quarter of the invocation: a margin as long as the whole `timeout` would
+        # release every message, every time, and the queue would never move.
+        self.time_margin_ms = min(round(time_margin * 1000), round(self.settings.timeout * 250))
+        self.heartbeat_thread = heartbeat_thread
+        self.read_ahead: RunAll = read_ahead or Threads(READ_AHEAD, "s3queue-read")
+        """How the next `READ_AHEAD` objects of a ticket are read at once (concurrency.py)."""
+        self.runner = Runner(
+            storage, self.keys, self.settings, clock=self.clock, rng=self.rng, emit=self.emit
+        )
+        self._bound: tuple[Handler, Handler] | None = None
+        """The last handler given to `process`, and it bound (typed.py): inspected once."""
+
+    def process(
+        self,
+        payload: dict[str, Any],
+        handler: Handler,
+        *,
+        remaining_ms: Callable[[], int] | None = None,
+    ) -> WorkResult:
+        """Work one ticket from a coordinator's payload ({queue, ticket, etag, doc})."""
+        key = str(payload["ticket"])
+        found = self._ticket(payload, key)
+        if found is None:
+            return WorkResult(key, "gone")
+        ticket, etag = found
+        preloaded: dict[str, Loaded | None] = {}
+        refused = self._fenced(key, ticket, preloaded)
+        if refused is not None:
+            return refused
+        claim = self._claim(key, ticket, etag, remaining_ms, preloaded)
+        if isinstance(claim, WorkResult):
+            return claim
+        guard = Guard(self._bind(handler), remaining_ms, self.settings.timeout)
+        return self._work(claim, guard, remaining_ms)
+
+    def _bind(self, handler: Handler) -> Handler:
+        """`handler` with its body model applied, if it declares one (typed.py)."""
+        bound = self._bound
+        if bound is None or bound[0] is not handler:
+            bound = self._bound = (handler, bind(handler))
+        return bound[1]
+
+    def _fenced(
+        self, key: str, ticket: Ticket, preloaded: dict[str, Loaded | None]
+    ) -> WorkResult | None:
+        """Refuse a ticket the lease does not accept: fenced, or not yet sealed (deferred).
+        A first delivery's first object, which the claim reads next (`_note_first`), is read
+        at the same time: a read changes nothing, and a fenced ticket is rare."""
+        lease_read = partial(read_lease, self.storage, self.keys.lease)
+        if ticket.generation > 0 or not ticket.refs or ticket.state != "pending":
+            lease = lease_read()
+        else:
+            first = ticket.refs[0]
+            jobs: list[Callable[[], Any]] = [lease_read, partial(self._load, first, preloaded)]
+            lease = settled(self.read_ahead, jobs)[0]
+        verdict = lease.accepts(ticket.epoch, ticket.seq) if lease else False
+        if verdict:
+            return None
+        status: Status = "deferred" if verdict is None else "rejected"
+        self.emit("reject", self.clock.now_ms(), ticket=key, status=status)
+        return WorkResult(key, status)
+
+    def _work(
+        self, claim: Claim, guard: Guard, remaining_ms: Callable[[], int] | None
+    ) -> WorkResult:
+        """Run the claimed ticket's messages, commit, apply."""
+        key = claim.key
+        try:
+            with Beating(claim, self.heartbeat_thread):
+                self._run(claim, guard, remaining_ms)
+            claim.ticket.state = "committed"
+            claim.ticket.committed_ms = self.clock.now_ms()
+            claim.write(lease=False)
+        except LeaseLost:
+            self.emit("lease_lost", self.clock.now_ms(), ticket=key, owner=self.owner)
+            guard.reraise()
+            return WorkResult(key, "lost", list(claim.ticket.outcomes))
+        self.emit(
+            "commit",
+            self.clock.now_ms(),
+            ticket=key,
+            outcomes=[(o.id, o.kind) for o in claim.ticket.outcomes],
+        )
+        apply_ticket(self.storage, self.keys, claim.ticket, claim.etag, self._loader(claim))
+        self.emit("applied", self.clock.now_ms(), ticket=key)
+        guard.reraise()  # a Ctrl-C in the main thread, now that nothing waits on a lease
+        return WorkResult(key, "committed", list(claim.ticket.outcomes))
+
+    def _ticket(self, payload: dict[str, Any], key: str) -> tuple[Ticket, str] | None:
+        if payload.get("doc") and payload.get("etag"):
+            return Ticket.decode(payload["doc"]), str(payload["etag"])
+        obj = self.storage.get(key)
+        return None if obj is None else (Ticket.decode(obj.body), obj.etag)
+
+    def _claim(
+        self,
+        key: str,
+        ticket: Ticket,
+        etag: str,
+        remaining_ms: Callable[[], int] | None,
+        preloaded: dict[str, Loaded | None],
+    ) -> Claim | WorkResult:
+        for _ in range(2):  # a second try when the ticket was reaped into a new generation
+            if ticket.state == "committed":
+                apply_ticket(self.storage, self.keys, ticket, etag, self._loader(None))
+                self.emit("applied", self.clock.now_ms(), ticket=key, helper=True)
+                return WorkResult(key, "applied", list(ticket.outcomes))
+            if ticket.state == "claimed":
+                return WorkResult(key, "busy")
+            ticket.state, ticket.owner = "claimed", self.owner
+            self._note_first(ticket, preloaded, remaining_ms)
+            claim = Claim(self, key, ticket, etag)
+            claim.loaded.update(preloaded)
+            try:
+                claim.write()
+            except LeaseLost:
+                obj = self.storage.get(key)
+                if obj is None:
+                    return WorkResult(key, "gone")
+                ticket, etag = Ticket.decode(obj.body), obj.etag
+                continue
+            self.emit(
+                "claim",
+                self.clock.now_ms(),
+                ticket=key,
+                owner=self.owner,
+                generation=ticket.generation,
+            )
+            return claim
+        self.emit("lost_race", self.clock.now_ms(), ticket=key, op="claim")
+        return WorkResult(key, "busy")
+
+    def _note_first(
+        self,
+        ticket: Ticket,
+        preloaded: dict[str, Loaded | None],
+        remaining_ms: Callable[[], int] | None,
+    ) -> None:
+        """On a first delivery, read the first object before the claim, so that the claim can
+        record its first message as running (it starts next, with no I/O between): a lease
+        expiry then counts that delivery for it alone (Ticket.expire), at no extra request."""
+        if ticket.generation > 0 or not ticket.refs:
+            return
+        if remaining_ms is not None and remaining_ms() < self.time_margin_ms:
+            return  # it will be released, not started
+        ref = ticket.refs[0]
+        first = self._load(ref, preloaded)
+        if first is not None and first.records and first.error is None:
+            ticket.running, ticket.running_index = ref.key, 0
+            ticket.running_id = first.records[0].id
+
+    def _read_ahead(self, refs: list[Ref], cache: dict[str, Loaded | None]) -> None:
+        """Read `refs`' objects at once, into `cache`: a ticket's GETs overlap instead of
+        adding up. One that fails is left out: `_load` reads it again in its turn, and its
+        error surfaces there, where it did before."""
+        wanted = [ref for ref in refs if ref.key not in cache]
+        max_bytes = self.settings.max_message_bytes
+
+        def read(ref: Ref) -> tuple[str, Loaded | None] | None:
+            try:
+                return ref.key, load_ref(self.storage, self.keys, ref, max_bytes)
+            except S3QueueError:
+                return None
+
+        jobs: list[Callable[[], Any]] = [partial(read, ref) for ref in wanted]
+        for found in self.read_ahead(jobs):
+            if found is not None:
+                cache[found[0]] = found[1]
+
+    def _load(self, ref: Ref, cache: dict[str, Loaded | None]) -> Loaded | None:
+        """`ref`'s object, read once per claim: the cache holds what was read before."""
+        if ref.key not in cache:
+            cache[ref.key] = load_ref(self.storage, self.keys, ref, self.settings.max_message_bytes)
+        return cache[ref.key]
+
+    def _loader(self, claim: Claim | None) -> Callable[[Ref], Loaded | None]:
+        cache: dict[str, Loaded | None] = claim.loaded if claim else {}
+        return lambda ref: self._load(ref, cache)
+
+    def _run(self, claim: Claim, guard: Guard, remaining_ms: Callable[[], int] | None) -> None:
+        loaded = claim.loaded
+        recorded = {(o.ref, o.id): o.kind for o in claim.ticket.outcomes}
+        failed_groups: set[str] = set()
+        for ref, index, record, error in self._messages(claim, loaded):
+            if (ref.key, record.id) in recorded:
+                # Recorded by an earlier delivery's heartbeat: a group whose message failed
+                # there stays failed here, or the next one would overtake its retry.
+                if recorded[(ref.key, record.id)] == "retry" and record.group is not None:
+                    failed_groups.add(record.group)
+                continue
+            stop = self._stop_reason(guard, remaining_ms)
+            if stop is not None:
+                self._release(claim, ref, record, stop)
+                continue
+            if record.group is not None and record.group in failed_groups:
+                self._release(claim, ref, record, "earlier message of its group failed")
+                continue
+            self._before_start(claim, ref, index, record)
+            redelivered = claim.ticket.generation > 0
+            outcome = self.runner.handle(guard, ref, index, record, error, redelivered)
+            if outcome.kind == "retry" and record.group is not None:
+                failed_groups.add(record.group)
+            claim.record(outcome)
+
+    def _stop_reason(self, guard: Guard, remaining_ms: Callable[[], int] | None) -> str | None:
+        """Why no further handler of this ticket may start, if none may."""
+        if guard.interrupt is not None:
+            return "worker interrupted"
+        if remaining_ms is not None and remaining_ms() < self.time_margin_ms:
+            return "time short"
+        return None
+
+    def _before_start(self, claim: Claim, ref: Ref, index: int, record: Record) -> None:
+        """Never start a handler on a lapsed lease: renew first if a heartbeat is overdue (a
+        worker that was frozen finds out here that it was reaped); that heartbeat saves the
+        outcomes so far and notes which message starts, so a lease expiry counts a delivery
+        for it and for no other message (Ticket.expire). On a redelivered ticket, where a
+        worker-killing message is likely, note it before every start (one PUT each)."""
+        ticket = claim.ticket
+        noted = ticket.running == ref.key and ticket.running_index == index
+        with claim.lock:
+            ticket.running, ticket.running_index, ticket.running_id = ref.key, index, record.id
+        if (ticket.generation > 0 and not noted) or self.clock.now_ms() >= claim.next_beat_ms:
+            claim.beat()
+
+    def _messages(
+        self, claim: Claim, loaded: dict[str, Loaded | None]
+    ) -> Iterator[tuple[Ref, int, Record, str | None]]:
+        refs = claim.ticket.refs
+        for at, ref in enumerate(refs):
+            if ref.key not in loaded:  # the first may have been read before the claim
+                self._read_ahead(_window(refs, at), loaded)
+            result = self._load(ref, loaded)
+            if result is None:
+                continue
+            for index, record in enumerate(result.records):
+                yield ref, index, record, result.error
+
+    def _release(self, claim: Claim, ref: Ref, record: Record, why: str) -> None:
+        now = self.clock.now_ms()
+        self.emit("release", now, ticket=claim.key, message_id=record.id, reason=why)
+        with claim.lock:
+            claim.ticket.outcomes.append(Outcome(ref.key, record.id, "release", now, why))
+
+
+def _window(refs: list[Ref], at: int) -> list[Ref]:
+    """The refs to read at once from `at`: `READ_AHEAD` of them, within `READ_AHEAD_BYTES`."""
+    window: list[Ref] = []
+    total = 0
+    for ref in refs[at : at + READ_AHEAD]:
+        total += ref.size
+        if window and total > READ_AHEAD_BYTES:
+            break
+        window.append(ref)
+    return window
