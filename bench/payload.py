@@ -118,7 +118,7 @@ def _measured(call: Any) -> dict[str, Any]:
 
 def _produce(args: argparse.Namespace) -> dict[str, Any]:
     from s3queue.producing.producer import Queue  # noqa: PLC0415 - imported in the child only
-    from s3queue.storage.s3 import make_client  # noqa: PLC0415
+    from s3queue.storage.clients import make_client  # noqa: PLC0415
 
     queue = Queue(QUEUE, bucket=args.bucket, s3=make_client(args.endpoint_url), prefix=args.prefix)
     ids: list[str] = []
@@ -129,7 +129,7 @@ def _produce(args: argparse.Namespace) -> dict[str, Any]:
 def _work(args: argparse.Namespace) -> dict[str, Any]:
     from s3queue.local.runtime import run_local  # noqa: PLC0415 - imported in the child only
     from s3queue.message import Message  # noqa: PLC0415
-    from s3queue.storage.s3 import make_client  # noqa: PLC0415
+    from s3queue.storage.clients import make_client  # noqa: PLC0415
 
     client = make_client(args.endpoint_url)
     seen: list[tuple[str, int, int]] = []

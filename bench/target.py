@@ -23,8 +23,9 @@ from types import TracebackType
 from typing import Any
 
 from s3queue.local.seaweed import ANY_CREDENTIALS, EmbeddedS3
-from s3queue.operations.admin import iter_keys
-from s3queue.storage.s3 import S3Storage, make_client
+from s3queue.storage.base import iter_keys
+from s3queue.storage.clients import make_client
+from s3queue.storage.s3 import S3Storage
 
 Done = Callable[[int], None]
 """Told how many objects have been written so far."""

@@ -18,7 +18,8 @@ from harness import Harness, Recorder
 from s3queue.errors import InvalidArgument, MalformedMessage, S3QueueError
 from s3queue.local.cli import main
 from s3queue.local.seaweed import EmbeddedS3
-from s3queue.producing.producer import MAX_DELAY, Queue
+from s3queue.producing.arguments import MAX_DELAY
+from s3queue.producing.producer import Queue
 from s3queue.protocol.keys import InvalidName
 from s3queue.storage import MemoryStorage
 

@@ -152,7 +152,12 @@ def test_stale_leader_wakes_after_takeover_and_is_fenced() -> None:
     old.lease.doc = lease  # it still believes it leads (no renewal was due)
     old.lease.doc.epoch = 1
     old.memory.epoch = 1
-    assert old._publish([Candidate(entry.key, entry.etag, entry.size, 0, 0)], 0, 1) == 1
+    assert (
+        old.publisher._publish(
+            old.memory, [Candidate(entry.key, entry.etag, entry.size, 0, 0)], 0, 1
+        )
+        == 1
+    )
     # THEN no worker runs it, and the new leader deletes it
     handler = Recorder()
     results = h.work(handler)
@@ -166,7 +171,7 @@ def publications(coordinator: Coordinator, jobs: list[Callable[[], object]]) -> 
     """Is this `run_all` call a block of ticket publications (not the tick's LISTs)?"""
 
     def publishes(job: object) -> bool:  # a partial of _publish, maybe inside another
-        return getattr(job, "func", None) == coordinator._publish or any(
+        return getattr(job, "func", None) == coordinator.publisher._publish or any(
             publishes(arg) for arg in getattr(job, "args", ())
         )
 

@@ -29,7 +29,8 @@ from s3queue.errors import ConfigError
 from s3queue.local.metering import RequestCounter
 from s3queue.producing.producer import Queue
 from s3queue.protocol.lease import read_lease
-from s3queue.storage.s3 import S3Storage, make_client
+from s3queue.storage.clients import make_client
+from s3queue.storage.s3 import S3Storage
 
 pytestmark = pytest.mark.filterwarnings("ignore:No application metrics to publish")
 

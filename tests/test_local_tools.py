@@ -19,7 +19,7 @@ from s3queue.message import Message
 from s3queue.operations.admin import TicketCache, stats
 from s3queue.storage import MemoryStorage
 from s3queue.storage.base import Page
-from s3queue.storage.s3 import make_client
+from s3queue.storage.clients import make_client
 
 WAIT = 10.0
 """Bound on joins and event waits: a failing test ends, a passing one never waits this long."""

@@ -141,7 +141,7 @@ def test_nothing_in_the_tree_imports_an_old_path() -> None:
         ("s3queue.config", "QueueSettings", "s3queue.contract.settings"),
         ("s3queue.config", "CoordinatorSettings", "s3queue.contract.settings"),
         ("s3queue.config", "discover_handlers", "s3queue.contract.discovery"),
-        ("s3queue.producer", "MAX_DELAY", "s3queue.producing.producer"),
+        ("s3queue.producer", "MAX_DELAY", "s3queue.producing.arguments"),
         ("s3queue.producer", "Queue", "s3queue.producing.producer"),
     ],
 )
@@ -231,3 +231,22 @@ def test_the_contract_modules_load_no_queue_logic() -> None:
         )
     ]
     assert heavy == []
+
+
+BOTO_MODULES = {"s3queue.storage.s3", "s3queue.storage.retry", "s3queue.storage.clients"}
+
+
+def test_boto3_is_imported_by_three_storage_modules_only() -> None:
+    importers = set()
+    for name, path in core_modules().items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = (
+                [node.module or ""]
+                if isinstance(node, ast.ImportFrom)
+                else [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else []
+            )
+            if any(n.split(".")[0] in {"boto3", "botocore"} for n in names):
+                importers.add(name)
+    assert importers == BOTO_MODULES

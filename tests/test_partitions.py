@@ -9,8 +9,8 @@ import pytest
 from harness import Harness, Recorder
 from s3queue.common.clock import FakeClock
 from s3queue.contract.settings import CoordinatorSettings, QueueSettings
-from s3queue.dispatching.coordinator import fair_shares
 from s3queue.dispatching.probe import probe
+from s3queue.dispatching.view import fair_shares
 from s3queue.errors import InvalidArgument
 from s3queue.message import Message
 from s3queue.storage.s3 import S3Storage

@@ -24,7 +24,8 @@ from s3queue.errors import (
 from s3queue.local.metering import RequestCounter
 from s3queue.local.seaweed import EmbeddedS3
 from s3queue.storage import new_token
-from s3queue.storage.s3 import S3Storage, make_client
+from s3queue.storage.clients import make_client
+from s3queue.storage.s3 import S3Storage
 
 pytestmark = pytest.mark.s3
 

@@ -25,7 +25,8 @@ from s3queue.dispatching.invoke import LambdaInvoker
 from s3queue.dispatching.service import Gauges, created_key, hot_queues, serve
 from s3queue.dispatching.sizing import Pace
 from s3queue.errors import ConfigError
-from s3queue.storage.s3 import S3Storage, make_client, make_lambda_client
+from s3queue.storage.clients import make_client, make_lambda_client
+from s3queue.storage.s3 import S3Storage
 
 logger = Logger(service=metric_names.SERVICE)
 tracer = Tracer(service=metric_names.SERVICE)

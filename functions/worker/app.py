@@ -24,7 +24,8 @@ from s3queue.common.tally import METRICS, Tally
 from s3queue.contract import metric_names
 from s3queue.contract.environment import Environment
 from s3queue.errors import ConfigError, S3QueueError
-from s3queue.storage.s3 import S3Storage, make_client
+from s3queue.storage.clients import make_client
+from s3queue.storage.s3 import S3Storage
 from s3queue.working.typed import bind
 from s3queue.working.worker import Handler, Worker, WorkResult
 

@@ -32,11 +32,10 @@ from typing import Any, BinaryIO
 
 from s3queue.common.events import Event, Listener
 from s3queue.errors import MalformedMessage
-from s3queue.operations.admin import iter_keys
 from s3queue.protocol.keys import QueueKeys, parse_msg_name, parse_ticket_name
 from s3queue.protocol.records import decode_records, foreign_id
 from s3queue.protocol.tickets import Ticket
-from s3queue.storage.base import Head, Object, Page, Storage
+from s3queue.storage.base import Head, Object, Page, Storage, iter_keys
 from s3queue.storage.streams import Source
 
 

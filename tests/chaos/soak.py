@@ -110,7 +110,7 @@ def run(args: argparse.Namespace, seed: int) -> Result:
 
 def _seaweed(config: Config, endpoint: str | None, progress: Progress) -> Result:
     from s3queue.local.seaweed import EmbeddedS3
-    from s3queue.storage.s3 import make_client
+    from s3queue.storage.clients import make_client
 
     bucket = f"chaos-{config.seed}-{random.randrange(10**6)}"
     if endpoint is not None:

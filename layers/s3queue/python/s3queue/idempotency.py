@@ -96,7 +96,8 @@ class S3PersistenceLayer(BasePersistenceLayer):
         if storage is None:
             if not bucket:
                 raise ValueError("S3PersistenceLayer needs bucket= (or storage=)")
-            from s3queue.storage.s3 import S3Storage, make_client  # noqa: PLC0415 - boto3 on demand
+            from s3queue.storage.clients import make_client  # noqa: PLC0415 - boto3 on demand
+            from s3queue.storage.s3 import S3Storage  # noqa: PLC0415 - boto3 on demand
 
             storage = S3Storage(s3 if s3 is not None else make_client(), bucket)
         self.storage = storage
@@ -111,7 +112,8 @@ class S3PersistenceLayer(BasePersistenceLayer):
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, **options: Any) -> S3PersistenceLayer:
         """The layer on the bucket, prefix, queue and endpoint in ``S3QUEUE_*`` (on a worker)."""
-        from s3queue.storage.s3 import S3Storage, make_client  # noqa: PLC0415 - boto3 on demand
+        from s3queue.storage.clients import make_client  # noqa: PLC0415 - boto3 on demand
+        from s3queue.storage.s3 import S3Storage  # noqa: PLC0415 - boto3 on demand
 
         config = Environment.from_env(env)
         storage = S3Storage(make_client(config.endpoint_url), config.bucket)

@@ -5,7 +5,8 @@ Kept for one release so that code written against the old path keeps working; it
 
 import warnings
 
-from s3queue.producing.producer import MAX_DELAY, Queue
+from s3queue.producing.arguments import MAX_DELAY
+from s3queue.producing.producer import Queue
 
 warnings.warn(
     "s3queue.producer moved to s3queue.producing.producer (use `from s3queue import Queue`); "

@@ -18,9 +18,8 @@ fence, re-invoke, reap or forget) is reconcile.py's; whether there is work at al
 from __future__ import annotations
 
 import uuid
-from collections import Counter
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from collections.abc import Iterable
+from dataclasses import dataclass
 from functools import partial
 
 from s3queue.common.clock import Clock, SystemClock, ms
@@ -28,15 +27,26 @@ from s3queue.common.concurrency import RunAll, Threads, settled
 from s3queue.common.events import Emitter, Listener
 from s3queue.contract.settings import CoordinatorSettings, QueueSettings
 from s3queue.dispatching import scan, sizing
-from s3queue.dispatching.cursor import Cursor, Cursors
+from s3queue.dispatching.cursor import Cursors
 from s3queue.dispatching.probe import probe
+from s3queue.dispatching.publishing import Publisher
 from s3queue.dispatching.reconcile import Invoker, Known, Reconciler
-from s3queue.errors import Conflict, Consumed
-from s3queue.operations.admin import iter_keys
-from s3queue.protocol.keys import PARTITION, MsgKey, QueueKeys, check_queue_name
+from s3queue.dispatching.view import (
+    LiveRef,
+    Memory,
+    Part,
+    busy_groups,
+    count_refs,
+    dispatchable,
+    fair_shares,
+    interleaved,
+    oldest_ready,
+    queued,
+)
+from s3queue.protocol.keys import PARTITION, QueueKeys, check_queue_name
 from s3queue.protocol.lease import LeaderLease
-from s3queue.protocol.tickets import Ref, Ticket
-from s3queue.storage.base import Entry, Storage, new_token
+from s3queue.protocol.tickets import Ticket
+from s3queue.storage.base import Entry, Storage, iter_keys
 
 __all__ = ["Coordinator", "Invoker", "Known", "RunAll", "TickResult"]
 
@@ -61,41 +71,6 @@ class TickResult:
         return self.leader and not (self.dispatched or self.live_tickets or self.waiting)
 
 
-@dataclass(slots=True)
-class _Memory:
-    """The leader's view; rebuilt from S3 at every new epoch."""
-
-    cursors: Cursors
-    epoch: int = 0
-    next_seq: int = 0
-    reserved: int = 0
-    """The end of our last reserved block of seqs (lease.py): tickets below it go out at once."""
-    known: dict[str, Known] = field(default_factory=dict)
-    parsed: dict[str, list[_Ref]] = field(default_factory=dict)
-    """Each known ticket's refs, parsed once (a ticket's refs never change): `_ticket_refs`."""
-    partitions: list[str | None] = field(default_factory=lambda: [None])
-    """The partitions found by the last LIST of ``parts/`` (None: the default, always there)."""
-    discovered_ms: int | None = None
-    served: str | None = None
-    """The partition served last in the last round: the next round starts after it."""
-
-
-@dataclass(slots=True)
-class _Part:
-    """One partition's share of a tick: what its cursor read, and the plan for it."""
-
-    partition: str | None
-    cursor: Cursor
-    saved: Cursor
-    candidates: list[scan.Candidate]
-    stopped: str
-    blocked: set[str]
-    """Its groups that may not move this tick: busy in a live ticket, or their waiting head
-    unread (`Cursor.absent_heads`)."""
-    absent: set[str]
-    plan: scan.Plan = field(default_factory=scan.Plan)
-
-
 class Coordinator:
     """Dispatches one queue's messages as tickets while it holds the queue's lease."""
 
@@ -118,11 +93,6 @@ class Coordinator:
         self.keys = QueueKeys(prefix, check_queue_name(queue))
         self.settings = settings or QueueSettings()
         self.config = coordination or CoordinatorSettings()
-        self.run_all: RunAll = run_all or Threads(
-            self.config.publish_concurrency, "s3queue-publish"
-        )
-        """How a block of publications runs: threads (at most `publish_concurrency`) by default;
-        tests pass one that runs them one by one, in a chosen order (concurrency.py)."""
         self.clock = clock or SystemClock()
         self.emit = Emitter(queue, listener)
         self.owner = owner or uuid.uuid4().hex[:12]
@@ -148,10 +118,30 @@ class Coordinator:
         self.pace = pace or sizing.Pace()
         """How fast tickets have been finishing: about the handler, so kept across epochs (and
         across runs, by the coordinator Lambda)."""
+        self.publisher = Publisher(
+            storage,
+            self.keys,
+            self.config,
+            self.lease,
+            self.reconciler,
+            run_all or Threads(self.config.publish_concurrency, "s3queue-publish"),
+            self.emit,
+        )
         self.memory = self._fresh()
 
-    def _fresh(self, epoch: int = 0) -> _Memory:
-        return _Memory(Cursors(self.keys, self.config), epoch=epoch)
+    @property
+    def run_all(self) -> RunAll:
+        """How the tick's LISTs and a block of publications run: threads (at most
+        `publish_concurrency`) by default; tests set one that runs them one by one, in a chosen
+        order (concurrency.py)."""
+        return self.publisher.run_all
+
+    @run_all.setter
+    def run_all(self, run_all: RunAll) -> None:
+        self.publisher.run_all = run_all
+
+    def _fresh(self, epoch: int = 0) -> Memory:
+        return Memory(Cursors(self.keys, self.config), epoch=epoch)
 
     def tick(self) -> TickResult:
         """Lead if possible, then reconcile tickets and dispatch what is ready."""
@@ -175,8 +165,8 @@ class Coordinator:
         now = self.clock.now_ms()
         for key in before.keys() - known.keys():
             refs = self.memory.parsed.get(key) or self._refs(before[key].ticket)
-            self.pace.finished(_count(refs), now - before[key].ticket.created_ms)
-        return self._dispatch(reaped, _queued(listed, known, now))
+            self.pace.finished(count_refs(refs), now - before[key].ticket.created_ms)
+        return self._dispatch(reaped, queued(listed, known, now))
 
     def probe(self) -> bool:
         """Is there anything to do? About one LIST, no lease (probe.py)."""
@@ -204,7 +194,7 @@ class Coordinator:
         live = [r for refs in self._ticket_refs().values() for r in refs]
         in_flight = {r.key for r in live}
         inbox = self._inbox_and_partitions(now)
-        parts: list[_Part] = []
+        parts: list[Part] = []
         want = capacity * sizing.most(self.settings, self.pace, queued)
         try:
             for partition in self._round(inbox):
@@ -225,7 +215,7 @@ class Coordinator:
             reaped,
             dispatched,
             sum(part.plan.waiting for part in parts),
-            _oldest_ready(candidates, in_flight, now),
+            oldest_ready(candidates, in_flight, now),
         )
 
     def _inbox_and_partitions(self, now: int) -> dict[str | None, list[scan.Candidate]]:
@@ -268,26 +258,26 @@ class Coordinator:
         now: int,
         want: int,
         in_flight: set[str],
-        live: list[_Ref],
+        live: list[LiveRef],
         inbox: list[scan.Candidate],
-    ) -> _Part:
+    ) -> Part:
         """One partition's candidates, read until there are `want` messages to dispatch."""
         cursor = self.memory.cursors.of(partition)
         batch_size = self.settings.batch_size
-        busy = _busy_groups(live, partition)
+        busy = busy_groups(live, partition)
 
         def enough(found: Iterable[scan.Candidate]) -> bool:
-            return _dispatchable(found, in_flight, busy, batch_size) >= want
+            return dispatchable(found, in_flight, busy, batch_size) >= want
 
         saved = cursor.snapshot()
         candidates, stopped = cursor.read(self.storage, now, enough, want=want, inbox=inbox)
         # A group whose waiting message this tick did not read is blocked: its later messages
         # may not overtake it (FIFO), wherever the cursor is.
         absent = cursor.absent_heads(candidates)
-        return _Part(partition, cursor, saved, candidates, stopped, busy | absent, absent)
+        return Part(partition, cursor, saved, candidates, stopped, busy | absent, absent)
 
     def _plan(
-        self, parts: list[_Part], now: int, capacity: int, in_flight: set[str], queued: int
+        self, parts: list[Part], now: int, capacity: int, in_flight: set[str], queued: int
     ) -> None:
         """Each partition's plan, within its fair share of `capacity`: every partition with
         ready work gets a ticket in turn before any gets a second (round-robin). Under a
@@ -295,15 +285,15 @@ class Coordinator:
         origins = {self.keys.ticket_origin(key) for key in self.memory.known}
         batch_size = self.settings.batch_size
         ready = sum(
-            _dispatchable(part.candidates, in_flight, part.blocked, batch_size) for part in parts
+            dispatchable(part.candidates, in_flight, part.blocked, batch_size) for part in parts
         )
-        grown = sum(1 for refs in self._ticket_refs().values() if _count(refs) > batch_size)
+        grown = sum(1 for refs in self._ticket_refs().values() if count_refs(refs) > batch_size)
         sizes = sizing.sizes(
             self.settings, self.pace, ready=ready, free=capacity, live_grown=grown, queued=queued
         )
         offset = 0
 
-        def plan(part: _Part, tickets: int) -> scan.Plan:
+        def plan(part: Part, tickets: int) -> scan.Plan:
             return scan.Planner(
                 now_ms=now,
                 limit=lambda n: sizes.limit(offset + n),
@@ -324,11 +314,11 @@ class Coordinator:
         if len(parts) < len(self.memory.partitions) and not any(shares):
             self.memory.served = parts[-1].partition  # nothing to do here: read the next ones
 
-    def _publish_parts(self, parts: list[_Part], now: int) -> int:
+    def _publish_parts(self, parts: list[Part], now: int) -> int:
         """Publish the batches (a partition at a time in turn); move each partition's cursor on
         if all its batches went out, else back to where it was before this tick."""
-        order = _interleaved([part.plan.batches for part in parts])
-        published = self._publish_all([batch for _, batch in order], now)
+        order = interleaved([part.plan.batches for part in parts])
+        published = self.publisher.publish_all(self.memory, [batch for _, batch in order], now)
         done: dict[int, list[int]] = {i: [] for i in range(len(parts))}
         for (i, _), count in zip(order, published, strict=True):
             done[i].append(count)
@@ -348,11 +338,11 @@ class Coordinator:
             live_tickets=len(self.memory.known),
             waiting=waiting,
             reaped=reaped,
-            in_flight=sum(_count(refs) for refs in self._ticket_refs().values()),
+            in_flight=sum(count_refs(refs) for refs in self._ticket_refs().values()),
             oldest_ready_ms=oldest,
         )
 
-    def _ticket_refs(self) -> dict[str, list[_Ref]]:
+    def _ticket_refs(self) -> dict[str, list[LiveRef]]:
         """Each live ticket's refs, parsed: each ticket once, not at every tick."""
         memory = self.memory
         parsed = memory.parsed
@@ -363,185 +353,9 @@ class Coordinator:
                 parsed[key] = self._refs(known.ticket)
         return parsed
 
-    def _refs(self, ticket: Ticket) -> list[_Ref]:
+    def _refs(self, ticket: Ticket) -> list[LiveRef]:
         return [
-            _Ref(r.key, keys.partition, keys.parse_msg(r.key))
+            LiveRef(r.key, keys.partition, keys.parse_msg(r.key))
             for r in ticket.refs
             for keys in (self.keys.owning(r.key),)
         ]
-
-    def _publish_all(self, batches: list[list[scan.Candidate]], now: int) -> list[int]:
-        """Each batch's message count once published (0: not published).
-
-        One batch, or `publish_concurrency` 1: one ticket after another, the lease checked
-        before each. Several: their seqs must lie in a block reserved in the lease (one CAS,
-        `LeaderLease.reserve`, for the next `BLOCK_TICKETS_PER_THREAD` x `publish_concurrency`
-        seqs), then all are PUT and invoked at once (`run_all`). A tick returns only once every
-        PUT has, so the next block is reserved after every PUT of this one returned (lease.py
-        says why that fences). The first error is raised once every publication has returned;
-        what was published is known.
-        """
-        memory = self.memory
-        if len(batches) < 2 or self.config.publish_concurrency < 2:
-            return [self._publish(batch, now, self._next_seq()) for batch in batches]
-        start, end = memory.next_seq, memory.next_seq + len(batches)
-        if not self.lease.ensure() or self.lease.epoch != memory.epoch:
-            return [0] * len(batches)
-        if end > memory.reserved:  # a block lasts several ticks: one lease PUT per block
-            block = max(len(batches), BLOCK_TICKETS_PER_THREAD * self.config.publish_concurrency)
-            if not self.lease.reserve(start, start + block):
-                return [0] * len(batches)
-            memory.reserved = start + block
-        memory.next_seq = end
-        jobs: list[Callable[[], int]] = [
-            partial(self._publish, batch, now, start + i, checked=True)
-            for i, batch in enumerate(batches)
-        ]
-        return settled(self.run_all, jobs)
-
-    def _next_seq(self) -> int:
-        seq = self.memory.next_seq
-        self.memory.next_seq += 1
-        return seq
-
-    def _publish(
-        self, batch: list[scan.Candidate], now: int, seq: int, *, checked: bool = False
-    ) -> int:
-        """Create ticket `seq` (If-None-Match) and start a worker on it; its message count.
-        Unless `checked` (its block reserved), first make sure we still lead."""
-        memory = self.memory
-        if not checked and (not self.lease.ensure() or self.lease.epoch != memory.epoch):
-            return 0
-        key = self.keys.ticket(memory.epoch, seq)
-        ticket = Ticket(
-            self.keys.queue,
-            memory.epoch,
-            seq,
-            [Ref(c.key, c.etag, c.size) for c in batch],
-            created_ms=now,
-        )
-        token = new_token()
-        count = sum(c.count for c in batch)
-        etag: str | None
-        try:
-            etag = self.storage.put(
-                key,
-                ticket.encode(token),
-                if_none_match=True,
-                token=token,
-                resend_if=partial(self._unconsumed, batch[0]),
-            )
-        except Conflict:
-            self.emit("lost_race", now, ticket=key, op="publish")
-            return 0
-        except Consumed:  # it went out, and a worker was quicker than our recheck: done
-            etag = None
-        self.emit("dispatch", now, ticket=key, refs=[c.key for c in batch], messages=count)
-        if etag is not None:
-            known = Known(ticket, etag, invoked_ms=now)
-            memory.known[key] = known
-            self.reconciler.invoke(key, known, now, reason="new")
-        return count
-
-    def _unconsumed(self, first: scan.Candidate) -> bool:
-        """May a ticket whose create may have applied, and which is now missing, be created
-        again? Only if its first message is still there as listed: a ticket that was applied
-        deleted (or copied) it, unless its worker released it unstarted, and then it released
-        every message of the ticket unstarted. (A resend would run them a second time.)"""
-        head = self.storage.head(first.key)
-        return head is not None and head.etag == first.etag
-
-
-BLOCK_TICKETS_PER_THREAD = 4
-"""A reserved block has room for this many ticks' worth of concurrent publications."""
-
-
-def _count(refs: list[_Ref]) -> int:
-    """The messages `refs` carry (a packed object counts all of its)."""
-    return sum(r.count for r in refs)
-
-
-def _queued(listed: list[Entry], known: dict[str, Known], now: int) -> int:
-    """Live tickets still as published (a claim changes the ETag) `sizing.QUEUED_MS` after
-    it: they wait for a worker."""
-    return sum(
-        1
-        for entry in listed
-        if (found := known.get(entry.key)) is not None
-        and found.ticket.state == "pending"
-        and entry.etag == found.etag
-        and now - found.ticket.created_ms >= sizing.QUEUED_MS
-    )
-
-
-def fair_shares(wanted: list[int], capacity: int) -> list[int]:
-    """Tickets for each of `wanted` (in turn order) out of `capacity`: one each in turn while
-    any wants more, so no partition gets a second before every other got its first."""
-    shares = [0] * len(wanted)
-    left = capacity
-    while left > 0:
-        given = 0
-        for i, want in enumerate(wanted):
-            if left > 0 and shares[i] < want:
-                shares[i] += 1
-                left -= 1
-                given += 1
-        if not given:
-            break
-    return shares
-
-
-def _interleaved(
-    batches: list[list[list[scan.Candidate]]],
-) -> list[tuple[int, list[scan.Candidate]]]:
-    """(partition index, batch) taking each partition's next batch in turn."""
-    out: list[tuple[int, list[scan.Candidate]]] = []
-    for row in range(max((len(b) for b in batches), default=0)):
-        out += [(i, b[row]) for i, b in enumerate(batches) if row < len(b)]
-    return out
-
-
-def _busy_groups(live: list[_Ref], partition: str | None) -> set[str]:
-    """The groups of `partition` with a message in a live ticket (a group is a partition's)."""
-    return {
-        r.parsed.group
-        for r in live
-        if r.partition == partition and r.parsed is not None and r.parsed.group
-    }
-
-
-def _dispatchable(
-    found: Iterable[scan.Candidate], in_flight: set[str], busy: set[str], batch_size: int
-) -> int:
-    """About how many of `found` a plan could take: a free group gives one batch at most."""
-    count, per_group = 0, Counter[str]()
-    for candidate in found:
-        if candidate.key in in_flight:
-            continue
-        if candidate.group is None:
-            count += candidate.count
-        elif candidate.group not in busy and per_group[candidate.group] < batch_size:
-            per_group[candidate.group] += 1
-            count += 1
-    return count
-
-
-def _oldest_ready(candidates: list[scan.Candidate], in_flight: set[str], now: int) -> int | None:
-    """Visible time of the oldest ready message not in flight (late notices are not messages)."""
-    ready = [
-        c.ready_ms
-        for c in candidates
-        if c.key not in in_flight and c.ready_ms <= now and c.target is None
-    ]
-    return min(ready) if ready else None
-
-
-@dataclass(frozen=True, slots=True)
-class _Ref:
-    key: str
-    partition: str | None
-    parsed: MsgKey | None
-
-    @property
-    def count(self) -> int:
-        return self.parsed.count if self.parsed is not None else 1

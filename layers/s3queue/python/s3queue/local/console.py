@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from s3queue.errors import EndpointUnreachable, S3QueueError
 from s3queue.producing.producer import Queue
-from s3queue.storage.s3 import S3Storage, make_client
+from s3queue.storage.clients import make_client
+from s3queue.storage.s3 import S3Storage
 
 if TYPE_CHECKING:
     from s3queue.local.runtime import RunSummary

@@ -304,6 +304,7 @@ def _summary(
 def _s3_storage(bucket: str | None, s3: Any) -> Storage:
     if not bucket:
         raise ValueError("run_local needs bucket= (or storage=)")
-    from s3queue.storage.s3 import S3Storage, make_client  # noqa: PLC0415 - boto3 on demand
+    from s3queue.storage.clients import make_client  # noqa: PLC0415 - boto3 on demand
+    from s3queue.storage.s3 import S3Storage  # noqa: PLC0415 - boto3 on demand
 
     return S3Storage(s3 if s3 is not None else make_client(), bucket)

@@ -28,7 +28,8 @@ from types import TracebackType
 from typing import IO, Any
 
 from s3queue.local.hosting import PORT_NAMES, DataDirLock, answers, pick_ports
-from s3queue.storage.s3 import S3Storage, make_client
+from s3queue.storage.clients import make_client
+from s3queue.storage.s3 import S3Storage
 
 # Open mode (no credentials configured) accepts any key pair; clients still need one to sign.
 ANY_CREDENTIALS = ("s3queue", "s3queue-secret")
@@ -187,7 +188,7 @@ class EmbeddedS3:
         S3Storage(self._admin_client, name).create_bucket()
 
     def make_client(self, **options: Any) -> Any:
-        """A boto3 S3 client for this server (options go to `s3queue.storage.s3.make_client`)."""
+        """A boto3 S3 client for this server (options: `s3queue.storage.clients.make_client`)."""
         options.setdefault("credentials", self.credentials or ANY_CREDENTIALS)
         return make_client(self.endpoint_url, "us-east-1", **options)
 

@@ -20,12 +20,7 @@ from s3queue.protocol.deadletters import DeadLetter
 from s3queue.protocol.keys import MsgKey, QueueKeys, new_id
 from s3queue.protocol.records import TOMBSTONE, Payload, Record, encode_records
 from s3queue.protocol.tickets import Ticket
-from s3queue.storage.base import Entry, Storage, new_token
-
-
-def iter_keys(storage: Storage, prefix: str) -> Iterator[Entry]:
-    """Every entry under a prefix, page by page."""
-    return _iter_after(storage, prefix, None)
+from s3queue.storage.base import Entry, Storage, iter_keys, new_token
 
 
 def exists(storage: Storage, keys: QueueKeys) -> bool:
@@ -130,7 +125,7 @@ def count_dead_letters(storage: Storage, keys: QueueKeys) -> int:
 
 def iter_dead(storage: Storage, keys: QueueKeys, after: str | None = None) -> Iterator[Entry]:
     """The DLQ's entries after the key `after`, up to its payloads (they sort after them)."""
-    for entry in _iter_after(storage, keys.dlq, after):
+    for entry in iter_keys(storage, keys.dlq, after):
         if keys.is_dead_payload(entry.key):
             return
         yield entry
@@ -148,17 +143,6 @@ def dead_letters(
         if obj is not None:
             entries.append(deadletters.decode(entry.key, obj.body))
     return entries
-
-
-def _iter_after(storage: Storage, prefix: str, after: str | None) -> Iterator[Entry]:
-    """Every entry under a prefix whose key sorts after `after`, page by page."""
-    start = after
-    while True:
-        page = storage.list(prefix, start_after=start)
-        yield from page.entries
-        if not page.truncated or not page.entries:
-            return
-        start = page.entries[-1].key
 
 
 def redrive(storage: Storage, keys: QueueKeys, now_ms: int) -> int:

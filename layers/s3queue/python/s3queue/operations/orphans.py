@@ -31,10 +31,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from s3queue.errors import MalformedMessage
-from s3queue.operations.admin import dead_payload_keys, iter_dead, iter_keys
+from s3queue.operations.admin import dead_payload_keys, iter_dead
 from s3queue.protocol.keys import QueueKeys
 from s3queue.protocol.records import decode_records
-from s3queue.storage.base import Storage
+from s3queue.storage.base import Storage, iter_keys
 
 _log = logging.getLogger(__name__)
 

@@ -39,8 +39,9 @@ from typing import Any
 
 from s3queue.common.clock import Clock
 from s3queue.errors import InvalidArgument, S3QueueError
+from s3queue.producing.arguments import Delay, check_message
 from s3queue.producing.batch import PACK_BYTES
-from s3queue.producing.producer import Delay, Queue
+from s3queue.producing.producer import Queue
 from s3queue.protocol.keys import MsgKey, QueueKeys, new_id
 from s3queue.protocol.records import Record, record_for
 
@@ -144,7 +145,7 @@ class GroupCommit:
             return queue.enqueue(
                 body, id=id, delay=delay, group=group, partition=partition, attributes=attributes
             )
-        keys, delay_ms, attrs = queue._check(None, delay, group, partition, attributes)
+        keys, delay_ms, attrs = check_message(queue.keys, None, delay, group, partition, attributes)
         now = queue.clock.now_ms()
         record = record_for(new_id(now), body, now, group, attrs)
         size = len(queue.writer.encode([record])[0])  # MalformedMessage past max_message_bytes

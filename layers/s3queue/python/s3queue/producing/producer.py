@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import io
 import logging
-import math
-import numbers
 import os
 from collections.abc import Iterable, Mapping
 from datetime import timedelta
@@ -19,11 +17,11 @@ from s3queue.errors import InvalidArgument
 from s3queue.operations import admin
 from s3queue.operations.orphans import Orphans, collect_orphans
 from s3queue.producing import batch
+from s3queue.producing.arguments import Delay, check_group, check_message, delay_ms_of
 from s3queue.protocol.attributes import check_attributes
 from s3queue.protocol.deadletters import DeadLetter
 from s3queue.protocol.keys import (
     QueueKeys,
-    check_message_id,
     check_partition,
     check_queue_name,
     new_id,
@@ -38,13 +36,6 @@ if TYPE_CHECKING:
     from s3queue.producing.batching import GroupCommit
 
 _log = logging.getLogger(__name__)
-
-MAX_GROUP = 128
-MAX_DELAY = timedelta(days=365)
-"""The longest `delay`: a longer one is almost surely a mistake (milliseconds, or a timestamp
-given as a delay), and a key's 13-digit time field would overflow past about 8.2e9 s."""
-
-Delay = float | timedelta
 
 
 class Queue:
@@ -70,7 +61,8 @@ class Queue:
         if storage is None:
             if not bucket:
                 raise InvalidArgument("Queue needs bucket= (or storage=)")
-            from s3queue.storage.s3 import S3Storage, make_client  # noqa: PLC0415 - boto3 only on demand
+            from s3queue.storage.clients import make_client  # noqa: PLC0415 - boto3 on demand
+            from s3queue.storage.s3 import S3Storage  # noqa: PLC0415 - boto3 only on demand
 
             storage = S3Storage(s3 if s3 is not None else make_client(), bucket)
         self.name = check_queue_name(name)
@@ -109,7 +101,7 @@ class Queue:
         handler as ``message.attributes``. A bad argument raises `InvalidArgument` (a bad body
         `MalformedMessage`) before anything is written.
         """
-        keys, delay_ms, attrs = self._check(id, delay, group, partition, attributes)
+        keys, delay_ms, attrs = check_message(self.keys, id, delay, group, partition, attributes)
         return self._enqueue_body(keys, body, id, delay_ms, group, attrs)
 
     def enqueue_file(
@@ -132,7 +124,7 @@ class Queue:
         ``max_message_bytes``. Arguments as for `enqueue`; with an ``id`` already enqueued,
         nothing is uploaded.
         """
-        keys, delay_ms, attrs = self._check(id, delay, group, partition, attributes)
+        keys, delay_ms, attrs = check_message(self.keys, id, delay, group, partition, attributes)
         if isinstance(source, str | os.PathLike):
             if os.stat(source).st_size > self._inline_limit:
                 return self._enqueue_payload(keys, source, id, delay_ms, group, attrs)
@@ -143,23 +135,6 @@ class Queue:
     @property
     def _inline_limit(self) -> int:
         return min(INLINE_BYTES, self.max_message_bytes // 2)
-
-    def _check(
-        self,
-        id: str | None,
-        delay: Delay,
-        group: str | None,
-        partition: str | None,
-        attributes: Mapping[str, str] | None,
-    ) -> tuple[QueueKeys, int, dict[str, str]]:
-        """Every argument of one message checked (`InvalidArgument`): its partition's keys, its
-        delay in ms and its attributes."""
-        delay_ms = _delay_ms(delay)
-        _check_group(group)
-        attrs = check_attributes(attributes)
-        if id is not None:
-            check_message_id(id)
-        return self.keys.partitioned(check_partition(partition)), delay_ms, attrs
 
     def _enqueue_body(
         self,
@@ -238,7 +213,7 @@ class Queue:
         fails stops the batch with `EnqueueIncomplete`, which says
         which messages are durable and which items to send again (see `batch`).
         """
-        delay_ms = _delay_ms(delay)
+        delay_ms = delay_ms_of(delay)
         check_partition(partition)
         attrs = check_attributes(attributes)
         batch.check_items(items)
@@ -249,7 +224,7 @@ class Queue:
             now=now,
             delay_ms=delay_ms,
             attributes=attrs,
-            check_group=_check_group,
+            check_group=check_group,
             partition=partition,
         )
         batch.send(self.writer, self.keys, writes, now)
@@ -302,29 +277,3 @@ class Queue:
     def delete(self) -> int:
         """Delete the queue: every object under its prefix."""
         return admin.delete(self.storage, self.keys)
-
-
-def _delay_ms(delay: object) -> int:
-    """`delay` in milliseconds; `InvalidArgument` unless a number or timedelta in [0, MAX]."""
-    if isinstance(delay, timedelta):
-        seconds = delay.total_seconds()
-    elif isinstance(delay, numbers.Real) and not isinstance(delay, bool):
-        try:
-            seconds = float(delay)
-        except OverflowError:  # an int beyond any float
-            seconds = math.inf
-    else:
-        raise InvalidArgument(
-            f"delay must be a number of seconds or a datetime.timedelta, got {delay!r}"
-        )
-    limit = MAX_DELAY.total_seconds()
-    if not 0 <= seconds <= limit:  # NaN compares false
-        raise InvalidArgument(
-            f"delay must be finite, from 0 to {limit:.0f} seconds (MAX_DELAY), got {delay!r}"
-        )
-    return round(seconds * 1000)
-
-
-def _check_group(group: str | None) -> None:
-    if group is not None and (not isinstance(group, str) or not 0 < len(group) <= MAX_GROUP):
-        raise InvalidArgument(f"group must be a string of 1-{MAX_GROUP} characters, got {group!r}")

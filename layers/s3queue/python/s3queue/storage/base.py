@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import itertools
 import os
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import BinaryIO, Protocol
 
@@ -159,3 +159,14 @@ def settle_delete_conflict(storage: Storage, key: str, if_match: str) -> None:
     if head.etag == if_match:
         raise StorageError(f"conditional DELETE of {key} was refused but its condition holds")
     raise Conflict(f"{key} changed")
+
+
+def iter_keys(storage: Storage, prefix: str, after: str | None = None) -> Iterator[Entry]:
+    """Every entry under a prefix whose key sorts after `after` (None: all), page by page."""
+    start = after
+    while True:
+        page = storage.list(prefix, start_after=start)
+        yield from page.entries
+        if not page.truncated or not page.entries:
+            return
+        start = page.entries[-1].key

@@ -1,7 +1,7 @@
 """`S3Storage`: the `Storage` protocol over a boto3 S3 client.
 
-This is the only module of the package that imports boto3 or botocore: every `ClientError` and
-`BotoCoreError` is translated here into the tree of `s3queue.errors` (the tables: `responses`).
+Every `ClientError` and `BotoCoreError` is translated into the tree of `s3queue.errors` before
+it leaves `s3queue.storage` (`retry.py`; the tables: `responses`).
 
 Retries. botocore retries each call itself (standard mode); on top of that every call here runs
 in a bounded loop with exponential backoff and full jitter, for throttling, 5xx and lost
@@ -39,10 +39,10 @@ Large objects. `open` is a streamed GET resumed by ranged GETs (`streams.Resumab
 `put_file` boto3's managed (multipart) upload, `copy` a server-side CopyObject (a managed
 multipart copy above 5 GiB).
 
-Over ~300 lines by choice: this is the one module that talks to boto3 (the `Storage` methods,
-the retry loop and its recheck, error translation, client construction); what needs no boto3
-lives in `sending.py` (what we send), `responses.py` (what S3 answers) and `streams.py` (the
-resumable stream).
+boto3 lives in three modules of `s3queue.storage` and nowhere else: this one (the `Storage`
+methods), `retry.py` (the retry loop and error translation) and `clients.py` (the clients the
+library makes). What needs no boto3 lives in `sending.py` (what we send), `responses.py` (what
+S3 answers) and `streams.py` (the resumable stream).
 """
 
 from __future__ import annotations
@@ -53,30 +53,18 @@ import os
 import random
 import time
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any, BinaryIO, TypeVar
+from typing import Any, BinaryIO
 
-import boto3
 from boto3.exceptions import S3UploadFailedError
 from boto3.s3.transfer import TransferConfig
-from botocore.config import Config
 from botocore.exceptions import (
     BotoCoreError,
     ClientError,
-    CredentialRetrievalError,
-    HTTPClientError,
-    IncompleteReadError,
-    NoCredentialsError,
-    PartialCredentialsError,
 )
-from botocore.exceptions import ConnectionError as TransportError
 
-from s3queue.contract.environment import ENV_ENDPOINT_URL
 from s3queue.errors import (
-    AccessDenied,
     Conflict,
     Consumed,
-    EndpointUnreachable,
-    S3QueueError,
     StorageError,
 )
 from s3queue.storage.base import (
@@ -87,19 +75,18 @@ from s3queue.storage.base import (
     settle_delete_conflict,
     settle_put_conflict,
 )
+from s3queue.storage.clients import make_client
 from s3queue.storage.responses import AlreadyOwned as _AlreadyOwned
 from s3queue.storage.responses import Missing as _Missing
-from s3queue.storage.responses import classify
 from s3queue.storage.responses import etag as _etag
 from s3queue.storage.responses import ms as _ms
 from s3queue.storage.responses import unquote as _unquote
+from s3queue.storage.retry import Retrier, Sleep
 from s3queue.storage.sending import TOKEN_METADATA, just_below, no_blind_resend, not_after
 from s3queue.storage.streams import Body, ResumableReader, Source, buffered
 
 log = logging.getLogger(__name__)
 
-T = TypeVar("T")
-Sleep = Callable[[float], None]
 
 MAX_KEYS = 1000
 PART_BYTES = 8 * 1024 * 1024
@@ -108,9 +95,6 @@ COPY_LIMIT = 5 * 1024**3
 """The largest object one CopyObject copies; larger ones take a multipart copy."""
 FOLDER_PAGE = MAX_KEYS
 """Keys and folders per LIST of `S3Storage.list_folders` (a test pages with fewer)."""
-
-_CREDENTIAL_ERRORS = (NoCredentialsError, PartialCredentialsError, CredentialRetrievalError)
-_TRANSPORT_ERRORS = (TransportError, HTTPClientError, IncompleteReadError)
 
 
 class S3Storage:
@@ -143,11 +127,9 @@ class S3Storage:
         )
         self._copy_limit = copy_limit
         self.bucket = bucket
-        self._attempts = max(attempts, 1)
-        self._base_delay = base_delay
-        self._max_delay = max_delay
-        self._sleep = sleep
-        self._rng = rng or random.Random()
+        self._retry = Retrier(
+            client, bucket, max(attempts, 1), base_delay, max_delay, sleep, rng or random.Random()
+        )
         client.meta.events.register_first(
             "needs-retry.s3.PutObject", no_blind_resend, unique_id="s3queue-create-once"
         )
@@ -161,7 +143,7 @@ class S3Storage:
             return Object(key, body, _etag(response), _ms(response["LastModified"]), meta)
 
         try:
-            return self._run("GetObject", key, fetch)
+            return self._retry.run("GetObject", key, fetch)
         except _Missing:
             return None
 
@@ -223,7 +205,7 @@ class S3Storage:
 
         call = self._client.put_object
         try:
-            return self._run(
+            return self._retry.run(
                 "PutObject",
                 key,
                 lambda: call(Bucket=self.bucket, **params),
@@ -291,7 +273,7 @@ class S3Storage:
             else:
                 self._client.upload_fileobj(source, self.bucket, key, Config=self._transfer)
         except (ClientError, BotoCoreError) as exc:
-            raise self._translate(exc, "PutObject", key)[0] from exc
+            raise self._retry.translate(exc, "PutObject", key)[0] from exc
         except S3UploadFailedError as exc:
             raise StorageError(f"upload to s3://{self.bucket}/{key} failed: {exc}") from exc
         head = self.head(key)
@@ -311,7 +293,7 @@ class S3Storage:
         except _Missing as exc:
             raise Conflict(f"copy source {source} is gone") from exc
         except (ClientError, BotoCoreError) as exc:
-            error = self._translate(exc, "CopyObject", source)[0]
+            error = self._retry.translate(exc, "CopyObject", source)[0]
             if isinstance(error, _Missing):
                 error = Conflict(f"copy source {source} is gone")
             raise error from exc
@@ -376,61 +358,10 @@ class S3Storage:
         """One client call on this bucket, retried; see `_run`."""
         operation = getattr(self._client, method)
         name = "".join(part.title() for part in method.split("_"))
-        result: dict[str, Any] = self._run(
+        result: dict[str, Any] = self._retry.run(
             name, key, lambda: operation(Bucket=self.bucket, **params)
         )
         return result
-
-    def _run(
-        self,
-        operation: str,
-        key: str | None,
-        call: Callable[[], T],
-        *,
-        recheck: Callable[[], T | None] | None = None,
-    ) -> T:
-        """Run `call`, retrying transient failures; raise only `s3queue.errors`. `recheck`, after
-        a failure and before a retry, may return the result instead (the call had applied)."""
-        attempt = 0
-        while True:
-            try:
-                return call()
-            except (ClientError, BotoCoreError) as exc:
-                error, transient = self._translate(exc, operation, key)
-                attempt += 1
-                if not transient:
-                    raise error from exc
-                found = recheck() if recheck is not None else None
-                if found is not None:
-                    return found
-                if attempt >= self._attempts:
-                    raise error from exc
-                log.debug("%s %s: attempt %d failed, retrying: %s", operation, key, attempt, exc)
-            self._sleep(self._backoff(attempt))
-
-    def _backoff(self, attempt: int) -> float:
-        """Full jitter: uniform in [0, min(max_delay, base_delay * 2**(attempt - 1))]."""
-        ceiling = min(self._max_delay, self._base_delay * 2 ** (attempt - 1))
-        return self._rng.uniform(0.0, ceiling)
-
-    def _translate(
-        self, exc: ClientError | BotoCoreError, operation: str, key: str | None
-    ) -> tuple[S3QueueError, bool]:
-        """The error to raise for `exc`, and whether a retry may cure it."""
-        where = f"{operation} s3://{self.bucket}/{key or ''}"
-        if isinstance(exc, ClientError):
-            return _from_client_error(exc, where, self.bucket)
-        if isinstance(exc, _CREDENTIAL_ERRORS):
-            return AccessDenied(
-                f"no usable AWS credentials for {where} ({exc}): set AWS_PROFILE or "
-                "AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, or give the function a role"
-            ), False
-        if isinstance(exc, _TRANSPORT_ERRORS):
-            endpoint = self._client.meta.endpoint_url
-            return EndpointUnreachable(
-                f"no S3 server answered at {endpoint} for {where}: {exc}; is it running?"
-            ), True
-        return StorageError(f"{where} failed: {exc}"), False
 
 
 def _user_metadata(response: dict[str, Any]) -> dict[str, str]:
@@ -439,73 +370,6 @@ def _user_metadata(response: dict[str, Any]) -> dict[str, str]:
     return {str(k).lower(): str(v) for k, v in metadata.items() if k != TOKEN_METADATA}
 
 
-def _from_client_error(exc: ClientError, where: str, bucket: str) -> tuple[S3QueueError, bool]:
-    """Map an S3 error response to our tree (`classify`)."""
-    error = exc.response.get("Error", {})
-    status = int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode") or 0)
-    message = str(error.get("Message", "")).replace("\n", " ")
-    return classify(str(error.get("Code", "")), status, message, where, bucket)
-
-
-def make_client(
-    endpoint_url: str | None = None,
-    region: str | None = None,
-    *,
-    credentials: tuple[str, str] | None = None,
-    sdk_retries: int = 5,
-    connect_timeout: float = 5.0,
-    read_timeout: float = 20.0,
-    environ: Mapping[str, str] | None = None,
-) -> Any:
-    """A boto3 S3 client tuned for many small requests from many threads.
-
-    The endpoint is `endpoint_url`, else ``S3QUEUE_ENDPOINT_URL`` in `environ` (default
-    ``os.environ``), else boto3's own choice (AWS): the one rule of the library and the CLI. Like
-    boto3 reading its ``AWS_*`` variables, this client factory is where the environment enters.
-    With an endpoint URL (SeaweedFS, moto, ...) addressing is path-style and the region defaults
-    to us-east-1. Checksums are computed only where S3 requires them (DeleteObjects): the bodies
-    are small, TLS already protects them, and CRC32 on every call costs client CPU, the
-    bottleneck here.
-    """
-    if endpoint_url is None:
-        endpoint_url = (os.environ if environ is None else environ).get(ENV_ENDPOINT_URL) or None
-    config = Config(
-        # botocore's max_attempts counts retries after the first attempt (total_max_attempts
-        # would count them all).
-        retries={"mode": "standard", "max_attempts": sdk_retries},
-        max_pool_connections=64,
-        connect_timeout=connect_timeout,
-        read_timeout=read_timeout,
-        request_checksum_calculation="when_required",
-        response_checksum_validation="when_required",
-        s3={"addressing_style": "path"} if endpoint_url else None,
-    )
-    keys: dict[str, str] = {}
-    if credentials is not None:
-        keys = {"aws_access_key_id": credentials[0], "aws_secret_access_key": credentials[1]}
-    # A session per client: creating clients from boto3's default session is not thread-safe.
-    session = boto3.session.Session()
-    return session.client(
-        "s3",
-        endpoint_url=endpoint_url,
-        region_name=region or ("us-east-1" if endpoint_url else None),
-        config=config,
-        **keys,
-    )
-
-
-def make_lambda_client(
-    region: str | None = None, *, connect_timeout: float = 2.0, read_timeout: float = 10.0
-) -> Any:
-    """A boto3 Lambda client for the coordinator's asynchronous invokes (lives here with boto3).
-
-    Its endpoint is the SDK's (``AWS_ENDPOINT_URL_LAMBDA`` redirects it, as the deployment
-    rehearsal does); an ``Event`` invoke is retried three times at most, then the coordinator
-    invokes the ticket again after ``dispatch_timeout``.
-    """
-    config = Config(
-        retries={"mode": "standard", "max_attempts": 3},
-        connect_timeout=connect_timeout,
-        read_timeout=read_timeout,
-    )
-    return boto3.session.Session().client("lambda", region_name=region, config=config)
+__all__ = ["S3Storage", "make_client"]
+# `make_client` lives in `s3queue.storage.clients`; docs/usage.md named it here, so it stays
+# importable from this module for a release. Nothing in the tree imports it from here.

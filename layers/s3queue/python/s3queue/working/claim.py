@@ -16,7 +16,7 @@ from s3queue.common.events import Emitter
 from s3queue.errors import Conflict, LeaseLost, StorageError
 from s3queue.protocol.tickets import Outcome, Ticket
 from s3queue.storage.base import Storage, new_token
-from s3queue.working.apply import Loaded
+from s3queue.working.load import Loaded
 
 
 class Holder(Protocol):

@@ -34,10 +34,11 @@ from s3queue.protocol.lease import read_lease
 from s3queue.protocol.records import Record
 from s3queue.protocol.tickets import Outcome, OutcomeKind, Ref, Ticket
 from s3queue.storage.base import Storage
-from s3queue.working.apply import Loaded, apply_ticket, load_ref
+from s3queue.working.apply import apply_ticket
 from s3queue.working.claim import Beating, Claim
 from s3queue.working.guard import Guard
 from s3queue.working.handle import Handler, Runner
+from s3queue.working.load import Loaded, load_ref
 from s3queue.working.typed import bind
 
 __all__ = ["Handler", "Status", "WorkResult", "Worker"]

@@ -1,0 +1,128 @@
+"""Publishing tickets: create each one (If-None-Match) and start a worker on it.
+
+One ticket at a time, the lease checked before each; or a block of seqs reserved in the lease
+first (one CAS), then every ticket of the block PUT and invoked at once. Why a reserved block
+fences a stale leader: `s3queue.protocol.lease`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import partial
+
+from s3queue.common.concurrency import RunAll, settled
+from s3queue.common.events import Emitter
+from s3queue.contract.settings import CoordinatorSettings
+from s3queue.dispatching import scan
+from s3queue.dispatching.reconcile import Known, Reconciler
+from s3queue.dispatching.view import Memory
+from s3queue.errors import Conflict, Consumed
+from s3queue.protocol.keys import QueueKeys
+from s3queue.protocol.lease import LeaderLease
+from s3queue.protocol.tickets import Ref, Ticket
+from s3queue.storage.base import Storage, new_token
+
+BLOCK_TICKETS_PER_THREAD = 4
+"""A reserved block has room for this many ticks' worth of concurrent publications."""
+
+
+@dataclass(slots=True)
+class Publisher:
+    """Publishes a leader's tickets into its `Memory` (seqs, reserved block, known tickets)."""
+
+    storage: Storage
+    keys: QueueKeys
+    config: CoordinatorSettings
+    lease: LeaderLease
+    reconciler: Reconciler
+    run_all: RunAll
+    emit: Emitter
+
+    def publish_all(
+        self, memory: Memory, batches: list[list[scan.Candidate]], now: int
+    ) -> list[int]:
+        """Each batch's message count once published (0: not published).
+
+        One batch, or `publish_concurrency` 1: one ticket after another, the lease checked
+        before each. Several: their seqs must lie in a block reserved in the lease (one CAS,
+        `LeaderLease.reserve`, for the next `BLOCK_TICKETS_PER_THREAD` x `publish_concurrency`
+        seqs), then all are PUT and invoked at once (`run_all`). A tick returns only once every
+        PUT has, so the next block is reserved after every PUT of this one returned (lease.py
+        says why that fences). The first error is raised once every publication has returned;
+        what was published is known.
+        """
+        if len(batches) < 2 or self.config.publish_concurrency < 2:
+            return [self._publish(memory, batch, now, _next_seq(memory)) for batch in batches]
+        start, end = memory.next_seq, memory.next_seq + len(batches)
+        if not self.lease.ensure() or self.lease.epoch != memory.epoch:
+            return [0] * len(batches)
+        if end > memory.reserved:  # a block lasts several ticks: one lease PUT per block
+            block = max(len(batches), BLOCK_TICKETS_PER_THREAD * self.config.publish_concurrency)
+            if not self.lease.reserve(start, start + block):
+                return [0] * len(batches)
+            memory.reserved = start + block
+        memory.next_seq = end
+        jobs: list[Callable[[], int]] = [
+            partial(self._publish, memory, batch, now, start + i, checked=True)
+            for i, batch in enumerate(batches)
+        ]
+        return settled(self.run_all, jobs)
+
+    def _publish(
+        self,
+        memory: Memory,
+        batch: list[scan.Candidate],
+        now: int,
+        seq: int,
+        *,
+        checked: bool = False,
+    ) -> int:
+        """Create ticket `seq` (If-None-Match) and start a worker on it; its message count.
+        Unless `checked` (its block reserved), first make sure we still lead."""
+        if not checked and (not self.lease.ensure() or self.lease.epoch != memory.epoch):
+            return 0
+        key = self.keys.ticket(memory.epoch, seq)
+        ticket = Ticket(
+            self.keys.queue,
+            memory.epoch,
+            seq,
+            [Ref(c.key, c.etag, c.size) for c in batch],
+            created_ms=now,
+        )
+        token = new_token()
+        count = sum(c.count for c in batch)
+        etag: str | None
+        try:
+            etag = self.storage.put(
+                key,
+                ticket.encode(token),
+                if_none_match=True,
+                token=token,
+                resend_if=partial(self._unconsumed, batch[0]),
+            )
+        except Conflict:
+            self.emit("lost_race", now, ticket=key, op="publish")
+            return 0
+        except Consumed:  # it went out, and a worker was quicker than our recheck: done
+            etag = None
+        self.emit("dispatch", now, ticket=key, refs=[c.key for c in batch], messages=count)
+        if etag is not None:
+            known = Known(ticket, etag, invoked_ms=now)
+            memory.known[key] = known
+            self.reconciler.invoke(key, known, now, reason="new")
+        return count
+
+    def _unconsumed(self, first: scan.Candidate) -> bool:
+        """May a ticket whose create may have applied, and which is now missing, be created
+        again? Only if its first message is still there as listed: a ticket that was applied
+        deleted (or copied) it, unless its worker released it unstarted, and then it released
+        every message of the ticket unstarted. (A resend would run them a second time.)"""
+        head = self.storage.head(first.key)
+        return head is not None and head.etag == first.etag
+
+
+def _next_seq(memory: Memory) -> int:
+    seq = memory.next_seq
+    memory.next_seq += 1
+    return seq

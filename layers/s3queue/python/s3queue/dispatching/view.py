@@ -1,0 +1,146 @@
+"""The leader's view of its queue, rebuilt at every epoch, and the pure rules of a round.
+
+A tick reads each partition's cursor in turn (`Part`), shares the free ticket slots fairly
+(`fair_shares`: one each in turn before any gets a second), and plans; these helpers are
+pure functions over what the tick listed, no I/O.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from s3queue.dispatching import scan, sizing
+from s3queue.dispatching.cursor import Cursor, Cursors
+from s3queue.dispatching.reconcile import Known
+from s3queue.protocol.keys import MsgKey
+from s3queue.storage.base import Entry
+
+
+@dataclass(slots=True)
+class Memory:
+    """The leader's view; rebuilt from S3 at every new epoch."""
+
+    cursors: Cursors
+    epoch: int = 0
+    next_seq: int = 0
+    reserved: int = 0
+    """The end of our last reserved block of seqs (lease.py): tickets below it go out at once."""
+    known: dict[str, Known] = field(default_factory=dict)
+    parsed: dict[str, list[LiveRef]] = field(default_factory=dict)
+    """Each known ticket's refs, parsed once (a ticket's refs never change)."""
+    partitions: list[str | None] = field(default_factory=lambda: [None])
+    """The partitions found by the last LIST of ``parts/`` (None: the default, always there)."""
+    discovered_ms: int | None = None
+    served: str | None = None
+    """The partition served last in the last round: the next round starts after it."""
+
+
+@dataclass(slots=True)
+class Part:
+    """One partition's share of a tick: what its cursor read, and the plan for it."""
+
+    partition: str | None
+    cursor: Cursor
+    saved: Cursor
+    candidates: list[scan.Candidate]
+    stopped: str
+    blocked: set[str]
+    """Its groups that may not move this tick: busy in a live ticket, or their waiting head
+    unread (`Cursor.absent_heads`)."""
+    absent: set[str]
+    plan: scan.Plan = field(default_factory=scan.Plan)
+
+
+def count_refs(refs: list[LiveRef]) -> int:
+    """The messages `refs` carry (a packed object counts all of its)."""
+    return sum(r.count for r in refs)
+
+
+def queued(listed: list[Entry], known: dict[str, Known], now: int) -> int:
+    """Live tickets still as published (a claim changes the ETag) `sizing.QUEUED_MS` after
+    it: they wait for a worker."""
+    return sum(
+        1
+        for entry in listed
+        if (found := known.get(entry.key)) is not None
+        and found.ticket.state == "pending"
+        and entry.etag == found.etag
+        and now - found.ticket.created_ms >= sizing.QUEUED_MS
+    )
+
+
+def fair_shares(wanted: list[int], capacity: int) -> list[int]:
+    """Tickets for each of `wanted` (in turn order) out of `capacity`: one each in turn while
+    any wants more, so no partition gets a second before every other got its first."""
+    shares = [0] * len(wanted)
+    left = capacity
+    while left > 0:
+        given = 0
+        for i, want in enumerate(wanted):
+            if left > 0 and shares[i] < want:
+                shares[i] += 1
+                left -= 1
+                given += 1
+        if not given:
+            break
+    return shares
+
+
+def interleaved(
+    batches: list[list[list[scan.Candidate]]],
+) -> list[tuple[int, list[scan.Candidate]]]:
+    """(partition index, batch) taking each partition's next batch in turn."""
+    out: list[tuple[int, list[scan.Candidate]]] = []
+    for row in range(max((len(b) for b in batches), default=0)):
+        out += [(i, b[row]) for i, b in enumerate(batches) if row < len(b)]
+    return out
+
+
+def busy_groups(live: list[LiveRef], partition: str | None) -> set[str]:
+    """The groups of `partition` with a message in a live ticket (a group is a partition's)."""
+    return {
+        r.parsed.group
+        for r in live
+        if r.partition == partition and r.parsed is not None and r.parsed.group
+    }
+
+
+def dispatchable(
+    found: Iterable[scan.Candidate], in_flight: set[str], busy: set[str], batch_size: int
+) -> int:
+    """About how many of `found` a plan could take: a free group gives one batch at most."""
+    count, per_group = 0, Counter[str]()
+    for candidate in found:
+        if candidate.key in in_flight:
+            continue
+        if candidate.group is None:
+            count += candidate.count
+        elif candidate.group not in busy and per_group[candidate.group] < batch_size:
+            per_group[candidate.group] += 1
+            count += 1
+    return count
+
+
+def oldest_ready(candidates: list[scan.Candidate], in_flight: set[str], now: int) -> int | None:
+    """Visible time of the oldest ready message not in flight (late notices are not messages)."""
+    ready = [
+        c.ready_ms
+        for c in candidates
+        if c.key not in in_flight and c.ready_ms <= now and c.target is None
+    ]
+    return min(ready) if ready else None
+
+
+@dataclass(frozen=True, slots=True)
+class LiveRef:
+    """A live ticket's ref, parsed once: its key, its partition and what its key says."""
+
+    key: str
+    partition: str | None
+    parsed: MsgKey | None
+
+    @property
+    def count(self) -> int:
+        return self.parsed.count if self.parsed is not None else 1

@@ -1,0 +1,77 @@
+"""The boto3 clients the library makes: S3 (tuned for many small requests from many threads)
+and Lambda (the coordinator's asynchronous invokes)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Any
+
+import boto3
+from botocore.config import Config
+
+from s3queue.contract.environment import ENV_ENDPOINT_URL
+
+
+def make_client(
+    endpoint_url: str | None = None,
+    region: str | None = None,
+    *,
+    credentials: tuple[str, str] | None = None,
+    sdk_retries: int = 5,
+    connect_timeout: float = 5.0,
+    read_timeout: float = 20.0,
+    environ: Mapping[str, str] | None = None,
+) -> Any:
+    """A boto3 S3 client tuned for many small requests from many threads.
+
+    The endpoint is `endpoint_url`, else ``S3QUEUE_ENDPOINT_URL`` in `environ` (default
+    ``os.environ``), else boto3's own choice (AWS): the one rule of the library and the CLI. Like
+    boto3 reading its ``AWS_*`` variables, this client factory is where the environment enters.
+    With an endpoint URL (SeaweedFS, moto, ...) addressing is path-style and the region defaults
+    to us-east-1. Checksums are computed only where S3 requires them (DeleteObjects): the bodies
+    are small, TLS already protects them, and CRC32 on every call costs client CPU, the
+    bottleneck here.
+    """
+    if endpoint_url is None:
+        endpoint_url = (os.environ if environ is None else environ).get(ENV_ENDPOINT_URL) or None
+    config = Config(
+        # botocore's max_attempts counts retries after the first attempt (total_max_attempts
+        # would count them all).
+        retries={"mode": "standard", "max_attempts": sdk_retries},
+        max_pool_connections=64,
+        connect_timeout=connect_timeout,
+        read_timeout=read_timeout,
+        request_checksum_calculation="when_required",
+        response_checksum_validation="when_required",
+        s3={"addressing_style": "path"} if endpoint_url else None,
+    )
+    keys: dict[str, str] = {}
+    if credentials is not None:
+        keys = {"aws_access_key_id": credentials[0], "aws_secret_access_key": credentials[1]}
+    # A session per client: creating clients from boto3's default session is not thread-safe.
+    session = boto3.session.Session()
+    return session.client(
+        "s3",
+        endpoint_url=endpoint_url,
+        region_name=region or ("us-east-1" if endpoint_url else None),
+        config=config,
+        **keys,
+    )
+
+
+def make_lambda_client(
+    region: str | None = None, *, connect_timeout: float = 2.0, read_timeout: float = 10.0
+) -> Any:
+    """A boto3 Lambda client for the coordinator's asynchronous invokes (lives here with boto3).
+
+    Its endpoint is the SDK's (``AWS_ENDPOINT_URL_LAMBDA`` redirects it, as the deployment
+    rehearsal does); an ``Event`` invoke is retried three times at most, then the coordinator
+    invokes the ticket again after ``dispatch_timeout``.
+    """
+    config = Config(
+        retries={"mode": "standard", "max_attempts": 3},
+        connect_timeout=connect_timeout,
+        read_timeout=read_timeout,
+    )
+    return boto3.session.Session().client("lambda", region_name=region, config=config)
