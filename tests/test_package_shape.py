@@ -250,3 +250,21 @@ def test_boto3_is_imported_by_three_storage_modules_only() -> None:
             if any(n.split(".")[0] in {"boto3", "botocore"} for n in names):
                 importers.add(name)
     assert importers == BOTO_MODULES
+
+
+def test_the_event_catalogue_is_exactly_the_kinds_the_core_emits() -> None:
+    from s3queue.common.events import KINDS
+
+    emitted = set()
+    for path in core_modules().values():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute | ast.Name)
+                and getattr(node.func, "attr", getattr(node.func, "id", None)) == "emit"
+                and node.args
+            ):
+                first = node.args[0]
+                assert isinstance(first, ast.Constant), f"{path}:{node.lineno}: a named kind"
+                emitted.add(first.value)
+    assert emitted == KINDS

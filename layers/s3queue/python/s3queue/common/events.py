@@ -5,19 +5,52 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal, get_args
 
 logger = logging.getLogger("s3queue")
 
+Kind = Literal[
+    # producer
+    "enqueue",
+    "late_notice",
+    # coordinator
+    "takeover",
+    "not_leader",
+    "deposed",
+    "seal",
+    "dispatch",
+    "reinvoke",
+    "invoke_failed",
+    "expire",
+    "fenced",
+    "corrupt_ticket",
+    "release",
+    # worker
+    "claim",
+    "reject",
+    "handler_start",
+    "handler_finish",
+    "heartbeat",
+    "heartbeat_failed",
+    "lease_lost",
+    "skip",
+    "commit",
+    "applied",
+    # either
+    "lost_race",
+]
+"""Every kind of event, in one catalogue: metrics, the chaos checker and `tally` read these."""
+KINDS: frozenset[str] = frozenset(get_args(Kind))
+
 # Transitions are INFO; lost races and routine polling are DEBUG.
-_DEBUG = frozenset({"lost_race", "heartbeat", "handler_start", "not_leader"})
+_DEBUG: frozenset[Kind] = frozenset({"lost_race", "heartbeat", "handler_start", "not_leader"})
 
 
 @dataclass(frozen=True, slots=True)
 class Event:
     """One thing that happened: `kind` (enqueue, dispatch, claim, ...), when, and details."""
 
-    kind: str
+    kind: Kind
     queue: str
     at_ms: int
     fields: dict[str, Any] = field(default_factory=dict)
@@ -33,7 +66,7 @@ class Emitter:
         self.queue = queue
         self.listener = listener
 
-    def __call__(self, kind: str, at_ms: int, **fields: Any) -> None:
+    def __call__(self, kind: Kind, at_ms: int, **fields: Any) -> None:
         level = logging.DEBUG if kind in _DEBUG else logging.INFO
         if logger.isEnabledFor(level):
             logger.log(level, "%s %s", kind, fields, extra={"queue": self.queue, **_ids(fields)})
