@@ -58,10 +58,13 @@ class S3Model:
     """GET/HEAD per second per partitioned prefix (AWS-FACTS); LIST counted with the reads."""
     burst_s: float = 1.0
     """Token-bucket depth in seconds of the rate (assumed: S3 publishes no burst figure)."""
-    partition_depth: int = 2
-    """Key segments of a partitioned prefix: ``s3queue/<queue>/`` (docs/performance.md counts
-    one queue as one prefix, its message keys growing at one end). S3's repartitioning under
-    sustained load (AWS-FACTS) is not modelled: the base rate holds for the whole run."""
+    split_after_s: float = 1_800.0
+    """Seconds a key range stays over its rate before S3 splits it (assumed: AWS-FACTS says S3
+    splits only after sustained load, gradually, in an undocumented time; forum reports say
+    tens of minutes). Until then every key of the range shares one rate, whatever its folder."""
+    presplit: tuple[str, ...] = ()
+    """Range boundaries S3 has already made when the run starts (a bucket that carried such a
+    load before); empty: a fresh bucket, one range."""
     sdk_retries: int = 5
     """botocore standard-mode retries of the client `make_client` builds (s3queue code)."""
 

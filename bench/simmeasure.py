@@ -65,6 +65,9 @@ def requests(world: World, messages: int) -> dict[str, Any]:
         "per_message": per,
         "per_message_by_role": roles,
         "slowdowns_503": sum(meter.slowdowns.values()),
+        "s3_splits": [
+            {"at_s": round(at / 1000, 1), "boundary": b} for at, b in world.s3.partitions.splits
+        ],
     }
 
 

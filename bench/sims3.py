@@ -7,8 +7,11 @@
                      latencies on the virtual clock, a request meter)
 
 A request waits its sampled latency and then takes effect, so effects happen in virtual-time
-order. Above a prefix's rate (3,500 writes / 5,500 reads per second, a token bucket) the request
-is answered ``503 SlowDown`` at once; botocore retries it after ``random() * 2**(n-1)`` seconds
+order. S3's partitions are key ranges (`Partitions`): a bucket starts as one, and a range that
+stays over its rate for `S3Model.split_after_s` is split in two at the middle of the keys it
+saw, each half with the full rate. Above its partition's rate (3,500 writes / 5,500 reads per
+second, a token bucket) a request is answered ``503 SlowDown`` at once; botocore retries it
+after ``random() * 2**(n-1)`` seconds
 (at most 20 s) up to `S3Model.sdk_retries` times, except a create, which `no_blind_resend` keeps
 for `S3Storage` to check and resend. Only then does `S3Storage` see the ``ClientError``, and the
 core a `StorageError`, exactly as against AWS. Every attempt that reached S3 is counted.
@@ -16,8 +19,9 @@ core a `StorageError`, exactly as against AWS. Every attempt that reached S3 is 
 
 from __future__ import annotations
 
+import bisect
 import random
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -83,6 +87,84 @@ class Meter:
         return out
 
 
+class Partition:
+    """One key range of the bucket, ``[start, next partition's start)``, with its own rates."""
+
+    SAMPLE = 256
+    """Recent keys kept to choose where a split falls."""
+
+    def __init__(self, start: str, model: S3Model, now_ms: float) -> None:
+        self.start = start
+        self.writes = RateLimit(model.writes_per_s, model.burst_s, now_ms)
+        self.reads = RateLimit(model.reads_per_s, model.burst_s, now_ms)
+        self.keys: deque[str] = deque(maxlen=self.SAMPLE)
+        self.over_since_ms: float | None = None
+        """When its current stretch of refusals began (None: within its rates)."""
+        self.refused_ms = -1.0
+
+    def admit(self, key: str, read: bool, now_ms: float) -> bool:
+        self.keys.append(key)
+        if (self.reads if read else self.writes).take(now_ms):
+            if self.over_since_ms is not None and now_ms - self.refused_ms > 1_000:
+                self.over_since_ms = None  # a second without a refusal: the load let up
+            return True
+        if self.over_since_ms is None:
+            self.over_since_ms = now_ms
+        self.refused_ms = now_ms
+        return False
+
+    def split_point(self) -> str | None:
+        """The middle of the keys it saw lately, if that divides them (else None)."""
+        keys = sorted(self.keys)
+        middle = keys[len(keys) // 2] if keys else None
+        return middle if middle is not None and middle > self.start and middle > keys[0] else None
+
+
+class Partitions:
+    """S3's partitions of one bucket, as AWS describes them (AWS-FACTS, S3 request rate): key
+    ranges, not folders. A new prefix lands in the range of its neighbours and shares its rate;
+    S3 splits a range only after sustained load, and until then answers 503 past the rate.
+
+    Assumed, because AWS publishes no figure: a range over its rate for `split_after_s` without a
+    calm second is split in two at the middle of its recent keys, and each half gets the full
+    rate (3,500 / 5,500 a second). `S3Model.presplit` starts a run with ranges S3 already made
+    (a bucket that carried such a load before).
+    """
+
+    def __init__(self, model: S3Model, now_ms: float) -> None:
+        self.model = model
+        self.ranges = [Partition("", model, now_ms)]
+        self.splits: list[tuple[float, str]] = []
+        """(virtual ms, boundary) of each split S3 made during the run."""
+        for boundary in sorted(model.presplit):
+            self._insert(boundary, now_ms)
+
+    def of(self, key: str) -> Partition:
+        starts = [p.start for p in self.ranges]
+        return self.ranges[bisect.bisect_right(starts, key) - 1]
+
+    def admit(self, key: str, read: bool, now_ms: float) -> bool:
+        partition = self.of(key)
+        admitted = partition.admit(key, read, now_ms)
+        since = partition.over_since_ms
+        if since is not None and now_ms - since >= self.model.split_after_s * 1000:
+            boundary = partition.split_point()
+            if boundary is not None:
+                self._insert(boundary, now_ms)
+                self.splits.append((now_ms, boundary))
+            partition.over_since_ms = None
+        return admitted
+
+    def _insert(self, boundary: str, now_ms: float) -> None:
+        if any(p.start == boundary for p in self.ranges):
+            return
+        old = self.of(boundary)
+        old.writes = RateLimit(self.model.writes_per_s, self.model.burst_s, now_ms)
+        old.reads = RateLimit(self.model.reads_per_s, self.model.burst_s, now_ms)
+        self.ranges.append(Partition(boundary, self.model, now_ms))
+        self.ranges.sort(key=lambda p: p.start)
+
+
 class SimS3:
     """One bucket in one region (see the module docstring)."""
 
@@ -90,22 +172,13 @@ class SimS3:
         self.kernel, self.model, self.rng = kernel, model, rng
         self.store = MemoryStorage(clock)
         self.meter = Meter.empty()
-        self._limits: dict[tuple[str, bool], RateLimit] = {}
+        self.partitions = Partitions(model, kernel.local_ms())
         self.on_created: Callable[[str], None] | None = None
         """Told each key a PUT wrote, new or overwritten (S3 Object Created events)."""
 
-    def partition(self, key: str) -> str:
-        return "/".join(key.split("/")[: self.model.partition_depth])
-
     def admit(self, op: str, key: str) -> bool:
-        """Within the prefix's request rate?"""
-        read = op in READ_OPS
-        slot = (self.partition(key), read)
-        limit = self._limits.get(slot)
-        if limit is None:
-            rate = self.model.reads_per_s if read else self.model.writes_per_s
-            limit = self._limits[slot] = RateLimit(rate, self.model.burst_s, self.kernel.now)
-        return limit.take(self.kernel.local_ms())
+        """Within the rate of the key's partition?"""
+        return self.partitions.admit(key, op in READ_OPS, self.kernel.local_ms())
 
     def latency(self, op: str) -> Latency:
         m = self.model

@@ -4,6 +4,7 @@ no wall-clock assertions."""
 
 from __future__ import annotations
 
+import contextlib
 import random
 import sys
 import threading
@@ -193,22 +194,62 @@ def test_a_plain_write_is_retried_by_the_sdk_too_and_reads_have_their_own_rate()
     assert s3.meter.requests[("worker", "GetObject")] == 1
 
 
-def test_each_queue_prefix_has_its_own_rate() -> None:
-    # GIVEN one write a second per prefix
-    kernel, s3 = _s3(writes_per_s=1.0)
+def _timed_puts(kernel: Kernel, s3: SimS3, keys: list[str]) -> list[float]:
     storage = sim_storage(s3, "worker")
     done: list[float] = []
 
     def body() -> None:
-        for key in ("s3queue/a/msg/1", "s3queue/b/msg/1", "s3queue/a/msg/2"):
+        for key in keys:
             storage.put(key, b"x")
             done.append(kernel.now)
 
     _in_actor(kernel, body)
-    # THEN a second queue's first write is admitted at once, the first queue's second is not
+    return done
+
+
+def test_a_new_prefix_shares_its_neighbours_rate_until_s3_splits() -> None:
+    # GIVEN one write a second, a fresh bucket (one key range) and S3 slow to split
+    kernel, s3 = _s3(writes_per_s=1.0)
+    # WHEN two queues' folders each take a write
+    done = _timed_puts(kernel, s3, ["s3queue/a/msg/1", "s3queue/b/msg/1"])
+    # THEN the second waits for the first's token: folders are no partitions (AWS-FACTS)
     assert s3.meter.slowdowns[("worker", "PutObject")] >= 1
-    assert s3.meter.requests[("worker", "PutObject")] == 3
-    assert done[2] - done[1] > 500  # waited for the bucket to refill (1 s after the first)
+    assert done[1] - done[0] > 500
+    assert s3.partitions.splits == []
+
+
+def test_a_range_over_its_rate_long_enough_is_split_and_each_half_gets_the_full_rate() -> None:
+    # GIVEN one write a second and S3 splitting a range after 5 s over its rate
+    kernel, s3 = _s3(writes_per_s=1.0, split_after_s=5.0)
+    # WHEN 8 writers to two folders keep it over its rate
+    for w in range(8):
+        storage = sim_storage(s3, "worker")
+        folder = "ab"[w % 2]
+
+        def body(storage: Any = storage, folder: str = folder, w: int = w) -> None:
+            for n in range(6):
+                with contextlib.suppress(StorageError):
+                    storage.put(f"s3queue/{folder}/msg/{w}-{n}", b"x")
+
+        kernel.spawn(body, at_ms=0.0, name=f"w{w}", role="worker")
+    kernel.run(600_000.0)
+    kernel.stop()
+    # THEN S3 split the range within the keys it carried, not before 5 s of refusals
+    assert s3.partitions.splits
+    at_ms, boundary = s3.partitions.splits[0]
+    assert at_ms >= 5_000
+    assert "s3queue/a/msg/0-0" < boundary <= "s3queue/b/msg/7-5"
+    assert s3.partitions.of("s3queue/a/msg/0-0") is not s3.partitions.of("s3queue/b/msg/7-5")
+
+
+def test_a_presplit_bucket_gives_each_range_its_own_rate() -> None:
+    # GIVEN a bucket S3 already split at queue b's folder
+    kernel, s3 = _s3(writes_per_s=1.0, presplit=("s3queue/b/",))
+    # WHEN each side takes a write at once
+    done = _timed_puts(kernel, s3, ["s3queue/a/msg/1", "s3queue/b/msg/1"])
+    # THEN neither waited for the other
+    assert s3.meter.slowdowns[("worker", "PutObject")] == 0
+    assert done[1] - done[0] < 500
 
 
 def test_a_burst_above_the_rate_is_throttled_and_then_served() -> None:
