@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from s3queue.contract.settings import QueueSettings
 from s3queue.dispatching.invoke import LambdaInvoker
-from s3queue.errors import StorageError
+from s3queue.errors import StorageError, Throttled
 from s3queue.producing.producer import Queue
 from s3queue.storage import MemoryStorage
 
@@ -169,7 +169,7 @@ def test_writes_above_the_prefix_rate_get_slowdown_and_the_core_a_storage_error(
     # THEN it gets the StorageError S3Storage raises once its retries are spent: a create is
     # never resent by the SDK, so S3Storage's 6 attempts each met one 503 and checked by HEAD
     assert len(raised) == 1
-    assert "SlowDown" in str(raised[0])
+    assert isinstance(raised[0], Throttled) and "SlowDown" in str(raised[0])
     assert s3.meter.slowdowns[("producer", "PutObject")] == 6
     assert s3.meter.requests[("producer", "HeadObject")] == 6
     assert s3.meter.requests[("producer", "PutObject")] == 0

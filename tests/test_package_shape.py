@@ -186,6 +186,7 @@ PUBLIC = {
         "QueueSettings",
         "S3QueueError",
         "StorageError",
+        "Throttled",
         "run_local",
     ],
     "s3queue.idempotency": ["S3PersistenceLayer", "records_root"],

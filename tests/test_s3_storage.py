@@ -20,6 +20,7 @@ from s3queue.errors import (
     Consumed,
     EndpointUnreachable,
     StorageError,
+    Throttled,
 )
 from s3queue.local.metering import RequestCounter
 from s3queue.local.seaweed import EmbeddedS3
@@ -153,7 +154,7 @@ class TestRetries:
         injection = injector(client, "ListObjectsV2", 503, "SlowDown", times=100)
         with pytest.raises(StorageError, match="SlowDown") as caught:
             store.list("")
-        assert type(caught.value) is StorageError
+        assert type(caught.value) is Throttled  # the backpressure signal, a StorageError
         assert injection.injected == 6 and len(sleeps) == 5
         assert caught.value.__cause__ is not None
 

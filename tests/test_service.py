@@ -18,7 +18,7 @@ from s3queue.contract.names import queue_of_key
 from s3queue.contract.settings import QueueSettings
 from s3queue.dispatching.coordinator import Coordinator
 from s3queue.dispatching.service import Gauges, ServeSettings, serve
-from s3queue.errors import BucketNotFound, EndpointUnreachable, StorageError
+from s3queue.errors import BucketNotFound, EndpointUnreachable, StorageError, Throttled
 from s3queue.message import Message
 from s3queue.producing.producer import Queue
 from s3queue.protocol.lease import read_lease
@@ -456,6 +456,33 @@ def test_no_queue_answering_at_the_start_ends_the_run() -> None:
     # THEN the run fails loudly instead of returning as if the queues were idle
     with pytest.raises(EndpointUnreachable):
         serve(system.coordinators(), remaining_ms=system.deadline(60), clock=system.clock)
+
+
+def test_a_throttled_s3_is_waited_out_and_never_ends_the_run() -> None:
+    # GIVEN S3 answering SlowDown (through every retry) to every request for the first 30 s
+    system = System("emails")
+    for n in range(5):
+        system.queues["emails"].enqueue(n)
+    start = system.clock.now_ms()
+
+    def fail(operation: str, args: tuple[Any, ...]) -> Exception | None:
+        throttled = system.clock.now_ms() - start < 30_000
+        return Throttled("SlowDown after retries") if throttled else None
+
+    system.storage.fail = fail
+    # WHEN a coordinator run starts in the middle of it, with a linger shorter than the storm
+    result = serve(
+        system.coordinators(),
+        remaining_ms=system.deadline(600),
+        clock=system.clock,
+        settings=ServeSettings(linger=10.0),
+        on_tick=lambda q, r: system.work(),
+    )
+    # THEN it neither raised nor called the queue idle while throttled: it backed off, kept
+    # trying, and dispatched everything once S3 served again
+    assert sorted(system.handled) == [0, 1, 2, 3, 4]
+    assert result.errors >= 10
+    assert system.clock.now_ms() - start >= 30_000 + 10_000  # idle only after the storm
 
 
 def test_a_missing_bucket_ends_the_run() -> None:

@@ -35,6 +35,7 @@ from s3queue.errors import (
     QueueNotFound,
     S3QueueError,
     StorageError,
+    Throttled,
 )
 
 if TYPE_CHECKING:
@@ -90,5 +91,6 @@ __all__ = [
     "QueueSettings",
     "S3QueueError",
     "StorageError",
+    "Throttled",
     "run_local",
 ]

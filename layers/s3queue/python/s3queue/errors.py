@@ -3,6 +3,7 @@
 S3QueueError
  +-- Conflict            an expected lost race: a conditional write or delete did not apply
  +-- StorageError        S3 failed after retries, or answered something unexpected
+ |    +-- Throttled      S3 kept answering 503 SlowDown: over the bucket's request rate
  |    +-- BucketNotFound
  |    +-- AccessDenied   wrong or missing credentials, or a policy that forbids the call
  |    +-- EndpointUnreachable
@@ -34,6 +35,12 @@ class Conflict(S3QueueError):
 
 class StorageError(S3QueueError):
     """S3 answered an error that retries did not cure."""
+
+
+class Throttled(StorageError):
+    """S3 kept answering ``503 SlowDown`` (or another throttling code) through every retry: the
+    request rate is over what the bucket's partition serves now. Nothing was written; slow
+    down and send it again (a producer's backpressure signal; a coordinator waits it out)."""
 
 
 class Consumed(S3QueueError):

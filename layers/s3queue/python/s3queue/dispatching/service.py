@@ -39,7 +39,7 @@ from s3queue.common.concurrency import RunAll, settled
 from s3queue.contract import metric_names
 from s3queue.contract.names import queue_of_key
 from s3queue.dispatching.coordinator import Coordinator, TickResult
-from s3queue.errors import AccessDenied, BucketNotFound, StorageError
+from s3queue.errors import AccessDenied, BucketNotFound, StorageError, Throttled
 
 log = logging.getLogger(__name__)
 
@@ -200,7 +200,10 @@ class _Run:
                 self.result.errors += 1
                 self.last_error = exc
             log.warning("queue %s: %s", slot.queue, exc, extra={"queue": slot.queue})
-            self._quiet(slot, self.clock.now_ms())
+            if isinstance(exc, Throttled):
+                self._throttled(slot, self.clock.now_ms())
+            else:
+                self._quiet(slot, self.clock.now_ms())
 
     def _probe(self, slot: _Slot) -> bool:
         with self._lock:
@@ -244,6 +247,15 @@ class _Run:
     def _busy(self, slot: _Slot, now: int) -> None:
         slot.due_ms = now + ms(self.settings.busy_interval)
         slot.backoff, slot.quiet_since_ms = 0.0, None
+
+    def _throttled(self, slot: _Slot, now: int) -> None:
+        """S3 is over its rate: back off (longer each time, up to the idle ceiling) and tick
+        again. The queue has work, so it is not quiet: throttling never ends the run."""
+        s = self.settings
+        slot.backoff = min(s.max_idle_interval, slot.backoff * 2 or s.idle_interval)
+        slot.due_ms = now + ms(slot.backoff)
+        slot.quiet_since_ms = None
+        slot.mode = "tick"
 
     def _quiet(self, slot: _Slot, now: int) -> int:
         """Nothing to do on this queue: wait longer each time, up to the idle ceiling.
@@ -322,8 +334,11 @@ def serve(
                 run.result.reason = "time"
                 break
             run.step_due()
-            if first and run.last_error is not None and run.result.errors == len(run.slots):
-                raise run.last_error  # no queue answered at all: fail loudly (alarms see it)
+            error = run.last_error
+            # No queue answered at all: fail loudly (alarms see it); a throttled S3 is waited out.
+            refused = error is not None and not isinstance(error, Throttled)
+            if first and refused and error is not None and run.result.errors == len(run.slots):
+                raise error
             if s.linger is not None and (
                 (first and run.all_probing()) or run.quiet_for_ms() >= ms(s.linger)
             ):

@@ -9,11 +9,18 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from s3queue.errors import AccessDenied, BucketNotFound, Conflict, S3QueueError, StorageError
+from s3queue.errors import (
+    AccessDenied,
+    BucketNotFound,
+    Conflict,
+    S3QueueError,
+    StorageError,
+    Throttled,
+)
 
 _CONFLICT_CODES = frozenset({"PreconditionFailed", "ConditionalRequestConflict"})
-# Throttling and server-side failures a retry may cure (besides any 5xx and 429).
-_TRANSIENT_CODES = frozenset(
+# Throttling: the request rate is over the partition's (besides any 429).
+_THROTTLING_CODES = frozenset(
     [
         "SlowDown",
         "Throttling",
@@ -24,6 +31,11 @@ _TRANSIENT_CODES = frozenset(
         "TooManyRequestsException",
         "RequestLimitExceeded",
         "BandwidthLimitExceeded",
+    ]
+)
+# Server-side failures a retry may cure (besides any 5xx).
+_TRANSIENT_CODES = _THROTTLING_CODES | frozenset(
+    [
         "RequestTimeout",
         "RequestTimeoutException",
         "PriorRequestNotComplete",
@@ -74,8 +86,11 @@ def classify(
         return Missing(f"{where}: not found"), False
     if code == "BucketAlreadyOwnedByYou":
         return AlreadyOwned(f"{where}: already owned"), False
-    transient = code in _TRANSIENT_CODES or status == 429 or status >= 500
-    return StorageError(f"{where} failed: {code} {message} (HTTP {status})"), transient
+    text = f"{where} failed: {code} {message} (HTTP {status})"
+    if code in _THROTTLING_CODES or status == 429:
+        return Throttled(text + ": over S3's request rate; slow down and retry"), True
+    transient = code in _TRANSIENT_CODES or status >= 500
+    return StorageError(text), transient
 
 
 def unquote(etag: str) -> str:
