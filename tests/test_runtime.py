@@ -164,6 +164,28 @@ def test_stop_and_timeout_end_a_run_without_drain() -> None:
 
 
 @pytest.mark.s3
+def test_a_small_client_pool_is_named_and_the_runtime_sizes_its_own(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    import boto3
+    from s3queue.local.runtime import LOCAL_COORDINATION, _s3_storage, connections
+    from s3queue.storage.clients import pool_size
+
+    needed = connections(3, 4, LOCAL_COORDINATION)
+    assert needed > 10  # boto3's default pool
+    # GIVEN a plain boto3 client, as a user would make one (10 connections)
+    plain = boto3.session.Session().client(
+        "s3", region_name="us-east-1", aws_access_key_id="k", aws_secret_access_key="s"
+    )
+    # WHEN run_local would use it, THEN it says how many it needs and how to get them
+    with caplog.at_level("WARNING", logger="s3queue.local.runtime"):
+        _s3_storage("b", plain, needed)
+    assert f"keeps 10 connections, but this runtime makes up to {needed}" in caplog.text
+    # AND a client of its own has room for every request it makes at once
+    own = _s3_storage("b", None, needed)
+    assert isinstance(own, S3Storage) and pool_size(own._client) == needed
+
+
 def test_missing_bucket_fails_fast(seaweed: EmbeddedS3, shared_s3_client: Any) -> None:
     with pytest.raises(BucketNotFound):
         run_local({"jobs": print}, bucket="no-such-bucket-here", s3=shared_s3_client)

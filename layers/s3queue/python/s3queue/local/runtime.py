@@ -36,7 +36,7 @@ from s3queue.operations import admin
 from s3queue.protocol.deadletters import DeadLetter
 from s3queue.protocol.keys import QueueKeys
 from s3queue.storage.base import Storage
-from s3queue.working.worker import Worker
+from s3queue.working.worker import READ_AHEAD, Worker
 
 log = logging.getLogger(__name__)
 
@@ -250,8 +250,9 @@ def run_local(
     ``coordinate=False`` the runtime dispatches nothing and only works what others publish.
     """
     loaded = load_handlers(handlers, overrides)
+    coordination = coordination or LOCAL_COORDINATION
     if storage is None:
-        storage = _s3_storage(bucket, s3)
+        storage = _s3_storage(bucket, s3, connections(len(loaded), workers, coordination))
     stop = stop or threading.Event()
     # Fail fast on a missing bucket or credentials; an unreachable endpoint fails a drain (a
     # test, the demo) at once, and is waited for in a long run (dev): it may be starting.
@@ -262,7 +263,7 @@ def run_local(
         loaded,
         prefix=prefix,
         workers=workers,
-        coordination=coordination or LOCAL_COORDINATION,
+        coordination=coordination,
         listener=listener,
         stop=stop,
         coordinate=coordinate,
@@ -301,10 +302,32 @@ def _summary(
     )
 
 
-def _s3_storage(bucket: str | None, s3: Any) -> Storage:
+def connections(queues: int, workers: int, coordination: CoordinatorSettings) -> int:
+    """The S3 requests a runtime may have in flight at once: each queue's worker reads
+    `READ_AHEAD` objects ahead and its coordinator publishes `publish_concurrency` tickets at
+    once, besides one request per worker thread."""
+    per_queue = READ_AHEAD + max(coordination.publish_concurrency, 1)
+    return max(queues, 1) * per_queue + workers
+
+
+def _s3_storage(bucket: str | None, s3: Any, needed: int) -> Storage:
+    """The bucket through `s3`, or through a client of ours with a pool of `needed`."""
     if not bucket:
         raise ValueError("run_local needs bucket= (or storage=)")
-    from s3queue.storage.clients import make_client  # noqa: PLC0415 - boto3 on demand
+    from s3queue.storage.clients import make_client, pool_size  # noqa: PLC0415 - boto3 on demand
     from s3queue.storage.s3 import S3Storage  # noqa: PLC0415 - boto3 on demand
 
-    return S3Storage(s3 if s3 is not None else make_client(), bucket)
+    if s3 is None:
+        return S3Storage(make_client(max_pool_connections=needed), bucket)
+    size = pool_size(s3)
+    if size is not None and size < needed:
+        log.warning(
+            "the S3 client given to run_local keeps %d connections, but this runtime makes up "
+            "to %d requests at once: each request past the pool opens a new connection (a TLS "
+            "handshake on AWS). Pass s3=make_client() (s3queue.storage.clients), or a client "
+            "made with botocore.config.Config(max_pool_connections=%d).",
+            size,
+            needed,
+            needed,
+        )
+    return S3Storage(s3, bucket)

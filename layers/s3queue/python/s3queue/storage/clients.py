@@ -19,6 +19,7 @@ def make_client(
     *,
     credentials: tuple[str, str] | None = None,
     sdk_retries: int = 5,
+    max_pool_connections: int = 64,
     connect_timeout: float = 5.0,
     read_timeout: float = 20.0,
     environ: Mapping[str, str] | None = None,
@@ -31,7 +32,8 @@ def make_client(
     With an endpoint URL (SeaweedFS, moto, ...) addressing is path-style and the region defaults
     to us-east-1. Checksums are computed only where S3 requires them (DeleteObjects): the bodies
     are small, TLS already protects them, and CRC32 on every call costs client CPU, the
-    bottleneck here.
+    bottleneck here. `max_pool_connections` is how many requests may be in flight at once
+    without a new connection (and TLS handshake) each: size it to the threads that share it.
     """
     if endpoint_url is None:
         endpoint_url = (os.environ if environ is None else environ).get(ENV_ENDPOINT_URL) or None
@@ -39,7 +41,7 @@ def make_client(
         # botocore's max_attempts counts retries after the first attempt (total_max_attempts
         # would count them all).
         retries={"mode": "standard", "max_attempts": sdk_retries},
-        max_pool_connections=64,
+        max_pool_connections=max_pool_connections,
         connect_timeout=connect_timeout,
         read_timeout=read_timeout,
         request_checksum_calculation="when_required",
@@ -75,3 +77,11 @@ def make_lambda_client(
         read_timeout=read_timeout,
     )
     return boto3.session.Session().client("lambda", region_name=region, config=config)
+
+
+def pool_size(client: Any) -> int | None:
+    """How many connections a boto3 client keeps for concurrent requests (None: unknown)."""
+    size = getattr(
+        getattr(getattr(client, "meta", None), "config", None), "max_pool_connections", None
+    )
+    return size if isinstance(size, int) else None
