@@ -142,6 +142,7 @@ def run(target: Target, plan: Plan, progress: Progress) -> dict[str, Any]:
         out["variants"].append({"settings": text, **result})
         step(f"variant {variant}")
     out["overload"] = overload(plan, model, settings)
+    out["overload_standard_producers"] = overload(plan, model, settings, adaptive=False)
     step("overload")
     timing = (plan.aws_sim_warmup, plan.aws_sim_gc_seconds)
     out["group_commit"] = simgroup.runs(
@@ -252,10 +253,13 @@ def steady(
         world.stop()
 
 
-def overload(plan: Plan, model: Model, settings: QueueSettings) -> dict[str, Any]:
+def overload(
+    plan: Plan, model: Model, settings: QueueSettings, *, adaptive: bool = True
+) -> dict[str, Any]:
     """`enqueue` offered above the prefix's write rate: what producers and the queue get
-    (handler starts counted once the first coordinator run is going, 4 s in)."""
-    world = World(WorldConfig(settings=settings), model)
+    (handler starts counted once the first coordinator run is going, 4 s in). `adaptive`:
+    producers pace themselves as `Queue`'s own client does (botocore's adaptive mode)."""
+    world = World(WorldConfig(settings=settings, adaptive_producers=adaptive), model)
     rate, seconds = plan.aws_sim_overload_offered, plan.aws_sim_overload_seconds
     world.produce(calls_per_s=rate, pack=1, start_s=0, end_s=seconds)
     try:

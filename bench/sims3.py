@@ -27,7 +27,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from botocore.exceptions import ClientError
+from botocore.exceptions import CapacityNotAvailableError, ClientError
+from botocore.retries import adaptive, bucket, throttling
 from s3queue.common.clock import Clock
 from s3queue.errors import Conflict
 from s3queue.storage.memory import MemoryStorage
@@ -223,13 +224,70 @@ class _Body:
         return self._data
 
 
+class _VirtualClock:
+    """botocore's retry clock (`bucket.Clock`) on virtual time."""
+
+    def __init__(self, kernel: Kernel) -> None:
+        self.kernel = kernel
+
+    def current_time(self) -> float:
+        return self.kernel.local_ms() / 1000
+
+    def sleep(self, amount: float) -> None:
+        self.kernel.wait(amount * 1000, "adaptive rate")
+
+
+class _Throttles:
+    """botocore's throttling detector, told directly whether an answer was a 503."""
+
+    def is_throttling_error(self, **kwargs: Any) -> bool:
+        return bool(kwargs.get("throttled"))
+
+
+class AdaptiveRate:
+    """botocore's adaptive retry mode (`retries={"mode": "adaptive"}`): its own rate limiter,
+    CUBIC rate calculator and token bucket, on virtual time. Its token bucket would block on a
+    threading condition in wall time, so a send that finds no token waits here instead, for as
+    long as the bucket says (`TokenBucket._sleep_amount`)."""
+
+    def __init__(self, kernel: Kernel) -> None:
+        clock = _VirtualClock(kernel)
+        self.kernel = kernel
+        self.bucket = bucket.TokenBucket(max_rate=1, clock=clock)
+        self.limiter = adaptive.ClientRateLimiter(
+            rate_adjustor=throttling.CubicCalculator(
+                starting_max_rate=0, start_time=clock.current_time()
+            ),
+            rate_clocker=adaptive.RateClocker(clock),
+            token_bucket=self.bucket,
+            throttling_detector=_Throttles(),
+            clock=clock,
+        )
+
+    def before_send(self) -> None:
+        if not self.limiter._enabled:
+            return
+        while True:
+            try:
+                self.bucket.acquire(block=False)
+                return
+            except CapacityNotAvailableError:
+                wait_s = max(self.bucket._sleep_amount(1), 0.001)
+                self.kernel.wait(wait_s * 1000, "adaptive rate")
+
+    def answered(self, throttled: bool) -> None:
+        self.limiter.on_receiving_response(throttled=throttled)
+
+
 class SimS3Client:
-    """The boto3 S3 client methods `S3Storage` calls, on `SimS3`, for one role's requests."""
+    """The boto3 S3 client methods `S3Storage` calls, on `SimS3`, for one role's requests;
+    `adaptive` as a client `make_client(retry_mode="adaptive")` made (`Queue`'s own)."""
 
     meta = _Meta()
 
-    def __init__(self, s3: SimS3, role: str) -> None:
+    def __init__(self, s3: SimS3, role: str, *, adaptive: bool = False) -> None:
         self.s3, self.role = s3, role
+        self.rate = AdaptiveRate(s3.kernel) if adaptive else None
 
     def _request(self, op: str, key: str, effect: Callable[[], Any], **retry: Any) -> Any:
         """One call as botocore makes it: attempts, 503s and their retries, then the effect."""
@@ -237,7 +295,12 @@ class SimS3Client:
         attempt = 0
         while True:
             attempt += 1
-            if s3.admit(op, key):
+            if self.rate is not None:
+                self.rate.before_send()
+            admitted = s3.admit(op, key)
+            if self.rate is not None:
+                self.rate.answered(throttled=not admitted)
+            if admitted:
                 kernel.wait(s3.latency(op).sample(s3.rng), op)
                 s3.meter.requests[(self.role, op)] += 1
                 return effect()
@@ -357,13 +420,17 @@ class SimS3Client:
         return self._request("ListObjectsV2", Prefix, effect)  # type: ignore[no-any-return]
 
 
-def sim_storage(s3: SimS3, role: str) -> S3Storage:
-    """The production `S3Storage` on the simulated bucket; its backoff sleeps in virtual time."""
+def sim_storage(s3: SimS3, role: str, *, adaptive: bool = False) -> S3Storage:
+    """The production `S3Storage` on the simulated bucket; its backoff sleeps in virtual time.
+    `adaptive`: the client paces itself as botocore's adaptive retry mode does."""
     kernel = s3.kernel
 
     def backoff(seconds: float) -> None:
         kernel.wait(seconds * 1000, "S3Storage backoff")
 
     return S3Storage(
-        SimS3Client(s3, role), BUCKET, sleep=backoff, rng=random.Random(s3.rng.random())
+        SimS3Client(s3, role, adaptive=adaptive),
+        BUCKET,
+        sleep=backoff,
+        rng=random.Random(s3.rng.random()),
     )

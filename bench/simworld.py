@@ -35,6 +35,7 @@ from s3queue.dispatching.sizing import Pace
 from s3queue.errors import S3QueueError
 from s3queue.message import Message
 from s3queue.producing.producer import Queue
+from s3queue.storage.s3 import S3Storage
 from s3queue.working.worker import Worker
 
 from bench.simaws import Model
@@ -98,6 +99,9 @@ class WorldConfig:
     schedule_offset_s: float = 2.0
     """When the first scheduled coordinator run fires (virtual seconds from the start)."""
     seed: int = 13
+    adaptive_producers: bool = True
+    """Producers enqueue through one client per queue (one service process) that paces itself
+    as botocore's adaptive retry mode does: `Queue`'s own client (`make_client`)."""
 
 
 class World:
@@ -114,6 +118,7 @@ class World:
         self.settings = deployed(config.settings)
         self.queues = [f"q{n:02d}" for n in range(config.queues)]
         self.enqueued = 0
+        self._producers: dict[str, S3Storage] = {}
         self.enqueue_failures = 0
         self.s3_events = 0
         self.schedule_events = 0
@@ -244,10 +249,18 @@ class World:
                 at = self.kernel.start_ms + start_s * 1000
                 self.kernel.spawn(body, at_ms=at, name=f"producer-{queue}-{n}", role="producer")
 
+    def _producer_storage(self, queue: str) -> S3Storage:
+        """A queue's producers share one client, as one service process does."""
+        if not self.config.adaptive_producers:
+            return sim_storage(self.s3, "producer")
+        if queue not in self._producers:
+            self._producers[queue] = sim_storage(self.s3, "producer", adaptive=True)
+        return self._producers[queue]
+
     def _producer(
         self, queue: str, n: int, actors: int, rate: float, pack: int, window: tuple[float, float]
     ) -> Callable[[], None]:
-        q = Queue(queue, storage=sim_storage(self.s3, "producer"), clock=self.clock, prefix=PREFIX)
+        q = Queue(queue, storage=self._producer_storage(queue), clock=self.clock, prefix=PREFIX)
         kernel = self.kernel
 
         def body() -> None:

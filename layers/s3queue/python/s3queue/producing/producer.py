@@ -64,7 +64,9 @@ class Queue:
             from s3queue.storage.clients import make_client  # noqa: PLC0415 - boto3 on demand
             from s3queue.storage.s3 import S3Storage  # noqa: PLC0415 - boto3 only on demand
 
-            storage = S3Storage(s3 if s3 is not None else make_client(), bucket)
+            # Producers slow down together when S3 throttles (`make_client`, adaptive mode).
+            own = s3 if s3 is not None else make_client(retry_mode="adaptive")
+            storage = S3Storage(own, bucket)
         self.name = check_queue_name(name)
         self.storage = storage
         self.keys = QueueKeys(prefix, name)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Literal
 
 import boto3
 from botocore.config import Config
@@ -20,6 +20,7 @@ def make_client(
     credentials: tuple[str, str] | None = None,
     sdk_retries: int = 5,
     max_pool_connections: int = 64,
+    retry_mode: Literal["standard", "adaptive"] = "standard",
     connect_timeout: float = 5.0,
     read_timeout: float = 20.0,
     environ: Mapping[str, str] | None = None,
@@ -34,13 +35,18 @@ def make_client(
     are small, TLS already protects them, and CRC32 on every call costs client CPU, the
     bottleneck here. `max_pool_connections` is how many requests may be in flight at once
     without a new connection (and TLS handshake) each: size it to the threads that share it.
+    ``retry_mode="adaptive"`` (producers: `Queue` without ``s3=``) adds botocore's client-side
+    rate limiter: once S3 answers ``503 SlowDown``, every request of this client waits for a
+    token of a send rate that drops at each throttle and climbs back as requests succeed, so
+    an overloaded bucket slows its producers instead of their retries crowding out the queue's
+    own writes.
     """
     if endpoint_url is None:
         endpoint_url = (os.environ if environ is None else environ).get(ENV_ENDPOINT_URL) or None
     config = Config(
         # botocore's max_attempts counts retries after the first attempt (total_max_attempts
         # would count them all).
-        retries={"mode": "standard", "max_attempts": sdk_retries},
+        retries={"mode": retry_mode, "max_attempts": sdk_retries},
         max_pool_connections=max_pool_connections,
         connect_timeout=connect_timeout,
         read_timeout=read_timeout,
