@@ -182,3 +182,16 @@ def test_the_cli_refuses_a_bad_delay_in_one_line_with_exit_code_2(
         assert code == 2 and out == "", (delay, err)
         assert err.startswith("s3queue: error: delay must be finite") and err.count("\n") == 1
     assert seaweed.make_client().list_objects_v2(Bucket=bucket)["KeyCount"] == 0
+
+
+def test_a_queue_of_its_own_client_paces_itself_when_s3_throttles(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`Queue` without ``s3=`` uses botocore's adaptive retry mode: producers slow down under
+    ``503 SlowDown`` (the effect is measured in tests/test_aws_sim.py and the overload run)."""
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "k")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "s")
+    monkeypatch.setenv("S3QUEUE_ENDPOINT_URL", "http://127.0.0.1:9")
+    queue = Queue("q", bucket="b")
+    client = queue.storage._client  # type: ignore[attr-defined]
+    assert client.meta.config.retries["mode"] == "adaptive"
