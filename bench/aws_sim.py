@@ -254,12 +254,12 @@ def steady(
 
 
 def overload(
-    plan: Plan, model: Model, settings: QueueSettings, *, adaptive: bool = True
+    plan: Plan, model: Model, settings: QueueSettings, *, adaptive: bool = True, seed: int = 13
 ) -> dict[str, Any]:
     """`enqueue` offered above the prefix's write rate: what producers and the queue get
     (handler starts counted once the first coordinator run is going, 4 s in). `adaptive`:
     producers pace themselves as `Queue`'s own client does (botocore's adaptive mode)."""
-    world = World(WorldConfig(settings=settings, adaptive_producers=adaptive), model)
+    world = World(WorldConfig(settings=settings, adaptive_producers=adaptive, seed=seed), model)
     rate, seconds = plan.aws_sim_overload_offered, plan.aws_sim_overload_seconds
     world.produce(calls_per_s=rate, pack=1, start_s=0, end_s=seconds)
     try:
