@@ -7,7 +7,13 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from s3queue.errors import MalformedMessage
+from s3queue.protocol.deadletters import bound_traceback
 from s3queue.protocol.records import FORMAT
+
+TICKET_TRACEBACK_CHARS = 128 * 1024
+"""The tracebacks one ticket keeps in all: its document travels in a Lambda invoke (1 MB for an
+async event), so past this the later failures of the ticket keep only a short tail."""
+SHORT_TRACEBACK_CHARS = 512
 
 OutcomeKind = Literal["done", "retry", "dead", "release", "skip"]
 """done, retry, dead: the handler ran; release: it did not, the message goes back as it was;
@@ -61,11 +67,15 @@ class Outcome:
     attempt: int = 0
     """The attempt this outcome ends (0 for a release: the handler did not run). Kept here, not
     derived at apply time: a lease expiry after a heartbeat recorded it must not count."""
+    traceback: str | None = None
+    """The handler's traceback when it raised (bounded: `Ticket.record`)."""
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"ref": self.ref, "id": self.id, "kind": self.kind, "at": self.at_ms}
         if self.error is not None:
             out["error"] = self.error
+        if self.traceback is not None:
+            out["tb"] = self.traceback
         if self.delay_ms:
             out["delay"] = self.delay_ms
         if self.attempt:
@@ -82,6 +92,7 @@ class Outcome:
             data.get("error"),
             int(data.get("delay", 0)),
             int(data.get("attempt", 0)),
+            data.get("tb"),
         )
 
 
@@ -162,6 +173,15 @@ class Ticket:
             "etag": etag,
             "doc": json.loads(self.encode("")),
         }
+
+    def record(self, outcome: Outcome) -> None:
+        """Add an outcome, its traceback cut to a short tail once the ticket holds
+        `TICKET_TRACEBACK_CHARS` of them (the ticket's size stays bounded)."""
+        if outcome.traceback is not None:
+            held = sum(len(o.traceback or "") for o in self.outcomes)
+            if held + len(outcome.traceback) > TICKET_TRACEBACK_CHARS:
+                outcome.traceback = bound_traceback(outcome.traceback, SHORT_TRACEBACK_CHARS)
+        self.outcomes.append(outcome)
 
     def finished(self) -> set[tuple[str, str]]:
         return {(o.ref, o.id) for o in self.outcomes}

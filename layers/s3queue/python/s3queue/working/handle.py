@@ -9,6 +9,7 @@ delivered too often, or on an explicit id already handled) is judged in one plac
 from __future__ import annotations
 
 import functools
+import logging
 import random
 import time
 from collections.abc import Callable
@@ -20,6 +21,7 @@ from s3queue.common.events import Emitter
 from s3queue.contract.settings import QueueSettings
 from s3queue.errors import PayloadMissing, PermanentError, StorageError
 from s3queue.message import Message
+from s3queue.protocol.deadletters import format_traceback
 from s3queue.protocol.keys import QueueKeys
 from s3queue.protocol.payload import open_payload
 from s3queue.protocol.records import Record, to_datetime
@@ -28,6 +30,8 @@ from s3queue.storage.base import Storage
 from s3queue.working.apply import read_marker
 
 Handler = Callable[[Message], object]
+
+_log = logging.getLogger(__name__)
 
 
 class Runner:
@@ -118,11 +122,23 @@ class Runner:
         attempt, started = message.attempt, time.perf_counter()
         try:
             handler(message)
-        except (PermanentError, PayloadMissing) as exc:  # a payload gone never comes back
-            return self.outcome(ref, record, "dead", _describe(exc), attempt, started)
         except Exception as exc:  # noqa: BLE001 - any handler failure is a retry, never a crash
-            kind: OutcomeKind = "dead" if attempt > self.settings.max_retries else "retry"
-            return self.outcome(ref, record, kind, _describe(exc), attempt, started)
+            # A payload gone never comes back: like PermanentError, dead at once.
+            permanent = isinstance(exc, PermanentError | PayloadMissing)
+            last = attempt > self.settings.max_retries
+            kind: OutcomeKind = "dead" if permanent or last else "retry"
+            _log.info(
+                "handler of %s message %s failed on attempt %d (%s)",
+                self.keys.queue,
+                record.id,
+                attempt,
+                kind,
+                exc_info=exc,
+                extra={"queue": self.keys.queue, "message_id": record.id},
+            )
+            outcome = self.outcome(ref, record, kind, _describe(exc), attempt, started)
+            outcome.traceback = format_traceback(exc)
+            return outcome
         return self.outcome(ref, record, "done", None, attempt, started)
 
     def outcome(
