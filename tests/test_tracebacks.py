@@ -38,6 +38,7 @@ def test_every_failure_keeps_its_traceback_through_retries_into_the_dead_letter(
         trace = entry["traceback"]
         assert trace is not None and trace.startswith("Traceback (most recent call last)")
         assert "in charge_card" in trace and trace.rstrip().endswith("card declined for 42")
+        assert "guard.py" not in trace and "handle.py" not in trace  # starts at the handler
 
 
 def test_a_traceback_keeps_its_last_8_kb() -> None:

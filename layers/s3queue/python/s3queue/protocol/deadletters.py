@@ -107,7 +107,7 @@ def decode(key: str, data: bytes) -> DeadLetter:
     doc = _document(data) or {"reason": "undecodable dead letter"}
     raw = "b64" in doc
     payload = doc.get("payload") if isinstance(doc.get("payload"), dict) else None
-    errors = [_error(e) for e in doc.get("errors") or [] if isinstance(e, dict)]
+    errors = [decode_error(e) for e in doc.get("errors") or [] if isinstance(e, dict)]
     return {
         "id": doc.get("id"),
         "queue": doc.get("queue"),
@@ -126,7 +126,7 @@ def decode(key: str, data: bytes) -> DeadLetter:
     }
 
 
-def _error(raw: dict[str, Any]) -> ErrorEntry:
+def decode_error(raw: dict[str, Any]) -> ErrorEntry:
     """A stored history entry in the schema (written before tracebacks were kept: None)."""
     return error_entry(
         raw.get("attempt", 0), raw.get("at", 0), raw.get("error"), raw.get("traceback")

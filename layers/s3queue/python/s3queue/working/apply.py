@@ -323,7 +323,7 @@ def _follow_marker(storage: Storage, keys: QueueKeys, message_id: str, copy_key:
     if found is None:
         return
     marker, etag = found
-    if marker.done or marker.key == copy_key:
+    if marker.final or marker.key == copy_key:  # a cancelled id stays cancelled
         return
     token = new_token()
     with contextlib.suppress(Conflict):
