@@ -170,6 +170,7 @@ def build_parser() -> argparse.ArgumentParser:
     _dev_commands(add)
     _queue_commands(add)
     _message_commands(add)
+    _ui_commands(add)
     return parser
 
 
@@ -184,6 +185,7 @@ def _dev_commands(add: Add) -> None:
         "--port", type=_port, help="S3 port of the embedded server (default: a free one)"
     )
     _lease_options(run)
+    _ui_options(run, flag=True)
     work = add(
         "worker",
         dev.cmd_worker,
@@ -317,6 +319,51 @@ def _message_commands(add: Add) -> None:
     )
     cancel.add_argument("queue", help="the queue's name")
     cancel.add_argument("id", help="the id given at enqueue (--id)")
+
+
+def _ui_commands(add: Add) -> None:
+    """``s3queue ui``, and ``--ui`` on ``dev``."""
+    ui = add(
+        "ui",
+        _cmd_ui,
+        "a web dashboard of the bucket's queues (the embedded S3 of `dev` if no bucket given)",
+    )
+    _ui_options(ui)
+
+
+def _ui_options(parser: argparse.ArgumentParser, *, flag: bool = False) -> None:
+    """The dashboard's address; with `flag`, the ``--ui`` switch (of ``dev``) too."""
+    if flag:
+        parser.add_argument("--ui", action="store_true", help="serve the web dashboard too")
+    parser.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="the dashboard's address (default 127.0.0.1: this machine only)",
+    )
+    parser.add_argument(
+        "--ui-port",
+        type=_ui_port,
+        default=8765,
+        metavar="PORT",
+        help="the dashboard's port (default 8765; 0: a free one)",
+    )
+
+
+def _ui_port(text: str) -> int:
+    if not text.isdigit() or not 0 <= int(text) <= 65535:
+        raise argparse.ArgumentTypeError(f"expected a port from 0 to 65535, got {text!r}")
+    return int(text)
+
+
+def _cmd_ui(args: argparse.Namespace) -> int:
+    # The web stack (Flask, waitress) is an extra: loaded only by this command.
+    try:
+        from s3queue.local.ui.serve import cmd_ui  # noqa: PLC0415
+    except ImportError as exc:
+        raise UsageError(
+            f"the dashboard needs the ui extra: pip install 's3queue[ui]' ({exc})"
+        ) from exc
+    return cmd_ui(args)
 
 
 def _runtime_options(parser: argparse.ArgumentParser) -> None:
