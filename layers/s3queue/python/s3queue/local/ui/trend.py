@@ -11,6 +11,8 @@ from collections import deque
 from dataclasses import dataclass, field
 
 WINDOW_MS = 5 * 60_000
+MIN_SPAN_MS = 10_000
+"""Less than this between the first and last sample says too little to extrapolate a minute."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,11 +36,11 @@ class Trend:
             self.samples.popleft()
 
     def rate(self) -> Rate | None:
-        """None until two samples at least a second apart."""
+        """None until two samples at least `MIN_SPAN_MS` apart."""
         if len(self.samples) < 2:
             return None
         (t0, b0, d0), (t1, b1, d1) = self.samples[0], self.samples[-1]
-        if t1 - t0 < 1000:
+        if t1 - t0 < MIN_SPAN_MS:
             return None
         minutes = (t1 - t0) / 60_000
         return Rate((b1 - b0) / minutes, (d1 - d0) / minutes, (t1 - t0) / 1000)
