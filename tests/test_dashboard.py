@@ -211,3 +211,17 @@ def test_importing_the_local_tools_loads_no_web_stack() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_a_taken_port_is_one_clear_error(h: Harness) -> None:
+    from s3queue.local.console import UsageError
+    from s3queue.local.ui.serve import Dashboard
+
+    conn = Connection(None, h.storage, "b", "s3queue")  # type: ignore[arg-type]
+    first = Dashboard(conn, None, "127.0.0.1", 0)
+    try:
+        port = first.server.effective_port
+        with pytest.raises(UsageError, match=f"cannot listen on 127.0.0.1:{port}"):
+            Dashboard(conn, None, "127.0.0.1", port)
+    finally:
+        first.close()

@@ -131,17 +131,18 @@ class Runner:
             permanent = isinstance(exc, PermanentError | PayloadMissing)
             last = attempt > self.settings.max_retries
             kind: OutcomeKind = "dead" if permanent or last else "retry"
+            failure = _from_handler(exc)
             _log.info(
                 "handler of %s message %s failed on attempt %d (%s)",
                 self.keys.queue,
                 record.id,
                 attempt,
                 kind,
-                exc_info=exc,
+                exc_info=failure,
                 extra={"queue": self.keys.queue, "message_id": record.id},
             )
             outcome = self.outcome(ref, record, kind, _describe(exc), attempt, started)
-            outcome.traceback = format_traceback(_from_handler(exc))
+            outcome.traceback = format_traceback(failure)
             return outcome
         return self.outcome(ref, record, "done", None, attempt, started)
 

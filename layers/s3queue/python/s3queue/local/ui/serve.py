@@ -11,7 +11,7 @@ from typing import Any
 
 from waitress.server import create_server
 
-from s3queue.local.console import Connection
+from s3queue.local.console import Connection, UsageError
 from s3queue.local.ui.app import create_app
 from s3queue.local.ui.board import Board
 from s3queue.local.ui.guard import LOOPBACK
@@ -27,9 +27,15 @@ class Dashboard:
     def __init__(self, conn: Connection, endpoint: str | None, host: str, port: int) -> None:
         hosts = frozenset() if host in LOOPBACK else frozenset({host})
         self.app = create_app(Board(conn, endpoint), hosts=hosts)
-        self.server: Any = create_server(
-            self.app, host=host, port=port, threads=THREADS, clear_untrusted_proxy_headers=True
-        )
+        try:
+            self.server: Any = create_server(
+                self.app, host=host, port=port, threads=THREADS, clear_untrusted_proxy_headers=True
+            )
+        except OSError as exc:
+            raise UsageError(
+                f"the dashboard cannot listen on {host}:{port}: {exc.strerror or exc} (another "
+                "dashboard there? pick --ui-port PORT, or 0 for a free one)"
+            ) from exc
         self.host = host
 
     @property
