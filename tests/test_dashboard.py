@@ -225,3 +225,18 @@ def test_a_taken_port_is_one_clear_error(h: Harness) -> None:
             Dashboard(conn, None, "127.0.0.1", port)
     finally:
         first.close()
+
+
+def test_s3_trouble_is_a_one_line_page(h: Harness) -> None:
+    from s3queue.errors import EndpointUnreachable
+
+    class Down:
+        def list(self, *args: Any, **kwargs: Any) -> Any:
+            raise EndpointUnreachable("no S3 server answered at http://127.0.0.1:1\nmore detail")
+
+    conn = Connection(None, Down(), "b", "s3queue")  # type: ignore[arg-type]
+    client = create_app(Board(conn, None, clock=h.clock)).test_client()
+    answer = client.get("/")
+    page = answer.get_data(as_text=True)
+    assert answer.status_code == 502 and "no S3 server answered" in page
+    assert "more detail" not in page and "Traceback" not in page
