@@ -44,8 +44,9 @@ class Board:
     def names(self) -> list[str]:
         return self.conn.queues()
 
-    def queue(self, name: str) -> Queue:
-        """The named queue; `QueueNotFound` for a bad name or one without objects."""
+    def queue(self, name: str, *, check: bool = True) -> Queue:
+        """The named queue; `QueueNotFound` for a bad name or (with `check`, one LIST) one
+        without objects."""
         try:
             check_queue_name(name)
         except ValueError as exc:
@@ -57,13 +58,13 @@ class Board:
                     name, storage=self.conn.storage, prefix=self.conn.prefix, clock=self.clock
                 )
                 self._queues[name] = queue
-        if not admin.exists(queue.storage, queue.keys):
+        if check and not admin.exists(queue.storage, queue.keys):
             raise QueueNotFound(f"no queue {name!r} in bucket {self.conn.bucket!r}")
         return queue
 
-    def stats(self, name: str) -> dict[str, Any]:
+    def stats(self, name: str, *, check: bool = True) -> dict[str, Any]:
         """A queue's `stats()`, with the rate of its last minutes under ``rate``."""
-        queue = self.queue(name)
+        queue = self.queue(name, check=check)
         with self._lock:  # one refresh of a queue at a time: its TicketCache is not shared
             stats = queue.stats()
             trend = self._trends.setdefault(name, Trend())
@@ -73,13 +74,8 @@ class Board:
         return {**stats, "rate": rate}
 
     def overview(self) -> list[dict[str, Any]]:
-        rows = []
-        for name in self.names():
-            try:
-                rows.append(self.stats(name))
-            except QueueNotFound:
-                continue  # deleted between the LIST and its stats
-        return rows
+        # The names come from a LIST of the bucket: no LIST more per queue to check it exists.
+        return [self.stats(name, check=False) for name in self.names()]
 
 
 def _public(url: str) -> str:
