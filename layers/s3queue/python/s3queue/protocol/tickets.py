@@ -12,8 +12,9 @@ from s3queue.protocol.records import FORMAT
 
 TICKET_TRACEBACK_CHARS = 128 * 1024
 """The tracebacks one ticket keeps in all: its document travels in a Lambda invoke (1 MB for an
-async event), so past this the later failures of the ticket keep only a short tail."""
+async event), so a ticket's later failures keep what is left of this, then none."""
 SHORT_TRACEBACK_CHARS = 512
+"""Less room than this left: no traceback (a shorter tail would not show where it was raised)."""
 
 OutcomeKind = Literal["done", "retry", "dead", "release", "skip"]
 """done, retry, dead: the handler ran; release: it did not, the message goes back as it was;
@@ -175,12 +176,14 @@ class Ticket:
         }
 
     def record(self, outcome: Outcome) -> None:
-        """Add an outcome, its traceback cut to a short tail once the ticket holds
-        `TICKET_TRACEBACK_CHARS` of them (the ticket's size stays bounded)."""
+        """Add an outcome, its traceback cut to what is left of `TICKET_TRACEBACK_CHARS` (none
+        when less than `SHORT_TRACEBACK_CHARS` is): a ticket's tracebacks stay within that."""
         if outcome.traceback is not None:
-            held = sum(len(o.traceback or "") for o in self.outcomes)
-            if held + len(outcome.traceback) > TICKET_TRACEBACK_CHARS:
-                outcome.traceback = bound_traceback(outcome.traceback, SHORT_TRACEBACK_CHARS)
+            left = TICKET_TRACEBACK_CHARS - sum(len(o.traceback or "") for o in self.outcomes)
+            if left < SHORT_TRACEBACK_CHARS:
+                outcome.traceback = None
+            elif len(outcome.traceback) > left:
+                outcome.traceback = bound_traceback(outcome.traceback, left)
         self.outcomes.append(outcome)
 
     def finished(self) -> set[tuple[str, str]]:
