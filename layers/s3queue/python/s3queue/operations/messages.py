@@ -168,7 +168,10 @@ def cancel(storage: Storage, keys: QueueKeys, message_id: str) -> bool:
 
 def _too_late(keys: QueueKeys, message_id: str, marker: Marker) -> str:
     if marker.done:
-        return f"message {message_id!r} of {keys.queue!r} was already handled: nothing to cancel"
+        return (
+            f"message {message_id!r} of {keys.queue!r} was already handled (done, or dead-"
+            "lettered): nothing to cancel"
+        )
     return (
         f"message {message_id!r} of {keys.queue!r} was already dispatched: a worker started its "
         "handler, so it runs to its outcome (a retry in backoff can be cancelled once pending)"
