@@ -14,8 +14,9 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
-## make test: lint, type-check and run every test (unit, contract on SeaweedFS, CDK, chaos)
-test: install lint
+## make test: lint, type-check and run every test (unit, contract on SeaweedFS, CDK, chaos,
+## the dashboard in a headless browser)
+test: install lint browser
 	$(PY) -m pytest -q -p no:cacheprovider
 
 ## make unit: the fast tests only (no S3 server)
@@ -27,6 +28,14 @@ unit: install
 .PHONY: rehearsal
 rehearsal: install
 	$(PY) -m pytest -q -p no:cacheprovider -m rehearsal
+
+## make browser: Debian's chromium and chromedriver for the dashboard's browser test (as root;
+## nothing to do when both are there)
+.PHONY: browser
+browser:
+	@if [ -x /usr/bin/chromium ] && [ -x /usr/bin/chromedriver ]; then :; else \
+		apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y chromium chromium-driver; \
+	fi
 
 lint: install
 	$(VENV)/bin/ruff check .

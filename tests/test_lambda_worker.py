@@ -142,6 +142,12 @@ def test_processes_a_ticket_and_publishes_metrics(
     assert finish["ticket"] == payload["ticket"] and finish["function_name"] == "S3Queue-worker"
     [summary] = [d for d in lines if d["message"] == "ticket committed"]
     assert (summary["done"], summary["dead"], summary["ticket"]) == (2, 1, payload["ticket"])
+    # The failure is logged with its exception (Powertools' exception fields), and its
+    # traceback is kept in the dead letter's history.
+    [failed] = [d for d in lines if d["message"].startswith("handler of send_email message")]
+    assert failed["message_id"] == bad and failed["exception_name"] == "PermanentError"
+    assert "Traceback" in failed["exception"] and "invalid e-mail" in failed["exception"]
+    assert "send_email.py" in (dead["errors"][-1]["traceback"] or "")
 
 
 def test_a_batch_of_tickets_reports_partial_failures(

@@ -163,6 +163,7 @@ def test_an_old_documented_path_still_works_and_says_where_it_moved(
 PUBLIC = {
     "s3queue": [
         "AccessDenied",
+        "AlreadyDispatched",
         "BucketNotFound",
         "ConfigError",
         "Conflict",
@@ -179,6 +180,7 @@ PUBLIC = {
         "LeaseLost",
         "MalformedMessage",
         "Message",
+        "MessageNotFound",
         "PayloadMissing",
         "PermanentError",
         "Queue",

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from s3queue.errors import (
     AccessDenied,
+    AlreadyDispatched,
     BucketNotFound,
     ConfigError,
     Conflict,
@@ -30,6 +31,7 @@ from s3queue.errors import (
     InvokeFailed,
     LeaseLost,
     MalformedMessage,
+    MessageNotFound,
     PayloadMissing,
     PermanentError,
     QueueNotFound,
@@ -68,6 +70,7 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     "AccessDenied",
+    "AlreadyDispatched",
     "BucketNotFound",
     "ConfigError",
     "Conflict",
@@ -84,6 +87,7 @@ __all__ = [
     "LeaseLost",
     "MalformedMessage",
     "Message",
+    "MessageNotFound",
     "PayloadMissing",
     "PermanentError",
     "Queue",

@@ -9,6 +9,8 @@ S3QueueError
  |    +-- EndpointUnreachable
  |    +-- EnqueueIncomplete   enqueue_many stopped part of the way: which messages are durable
  +-- QueueNotFound       an admin call named a queue that has no objects
+ +-- MessageNotFound     an admin call named a message id the queue does not hold
+ +-- AlreadyDispatched   a cancel came too late: a worker started the message, or it was handled
  +-- ConfigError         a setting with a wrong name, type or value
  +-- InvalidArgument     an argument refused at the door (a delay, a group; also a ValueError)
  |    +-- InvalidName    a queue name or message id that cannot be part of a key
@@ -93,6 +95,22 @@ class InvalidArgument(S3QueueError, ValueError):
 
 class InvalidName(InvalidArgument):
     """A queue name or message id that cannot be part of a key."""
+
+
+class MessageNotFound(S3QueueError):
+    """An operator's call named a message (or dead letter) id the queue does not hold."""
+
+
+class AlreadyDispatched(S3QueueError):
+    """A cancel lost its race: a worker had started the message's handler, or it was handled.
+
+    ``state`` is what its marker said: ``started`` (running, or its outcome not applied yet)
+    or ``done``.
+    """
+
+    def __init__(self, message: str, state: str) -> None:
+        super().__init__(message)
+        self.state = state
 
 
 class ConfigError(S3QueueError):

@@ -22,10 +22,11 @@ from s3queue.errors import (
     InvalidArgument,
     InvalidName,
     MalformedMessage,
+    MessageNotFound,
     QueueNotFound,
     S3QueueError,
 )
-from s3queue.local import commands, dev
+from s3queue.local import commands, dev, messages
 from s3queue.local.console import UsageError
 from s3queue.local.runtime import LOCAL_COORDINATION
 
@@ -66,6 +67,7 @@ def _run(argv: Sequence[str] | None) -> int:
     except (
         UsageError,
         QueueNotFound,
+        MessageNotFound,
         MalformedMessage,
         InvalidArgument,
         InvalidName,
@@ -167,6 +169,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     _dev_commands(add)
     _queue_commands(add)
+    _message_commands(add)
+    _ui_commands(add)
     return parser
 
 
@@ -181,6 +185,7 @@ def _dev_commands(add: Add) -> None:
         "--port", type=_port, help="S3 port of the embedded server (default: a free one)"
     )
     _lease_options(run)
+    _ui_options(run, flag=True)
     work = add(
         "worker",
         dev.cmd_worker,
@@ -250,9 +255,14 @@ def _queue_commands(add: Add) -> None:
     stats.add_argument(
         "--partitions", action="store_true", help="a row per partition of each queue"
     )
-    dlq = add("dlq", commands.cmd_dlq, "list or redrive a queue's dead letters")
-    dlq.add_argument("action", choices=["list", "redrive"], help="list, or redrive to the queue")
+    dlq = add("dlq", messages.cmd_dlq, "list, show, redrive or delete a queue's dead letters")
+    dlq.add_argument(
+        "action",
+        choices=["list", "show", "redrive", "delete"],
+        help="list them; show one in full (--id); redrive to the queue or delete (--id, or all)",
+    )
     dlq.add_argument("queue", help=queue_help)
+    _dead_letter_options(dlq)
     dlq.add_argument(
         "--limit",
         type=_count,
@@ -278,6 +288,82 @@ def _queue_commands(add: Add) -> None:
     gc.add_argument("--dry-run", action="store_true", help="list the orphans, delete nothing")
     delete = add("delete", commands.cmd_delete, "delete a queue: every object under its prefix")
     delete.add_argument("queue", help=queue_help)
+
+
+def _dead_letter_options(dlq: argparse.ArgumentParser) -> None:
+    """`dlq show|redrive|delete --id ID`: one dead letter at a time."""
+    dlq.add_argument(
+        "--id",
+        dest="ids",
+        action="append",
+        metavar="ID",
+        help="the dead letter's message id (repeat for more): show, redrive or delete only it",
+    )
+    dlq.add_argument(
+        "--all", action="store_true", help="with delete and no --id: delete every dead letter"
+    )
+
+
+def _message_commands(add: Add) -> None:
+    """One message at a time: peek at waiting messages, cancel one by its explicit id."""
+    peek = add("peek", messages.cmd_peek, "show the first waiting messages without taking them")
+    peek.add_argument("queue", help="the queue's name")
+    peek.add_argument(
+        "-n", "--limit", type=_count, default=10, metavar="N", help="at most N (default 10)"
+    )
+    peek.add_argument("--json", action="store_true", help="JSON: bodies and attributes in full")
+    cancel = add(
+        "cancel",
+        messages.cmd_cancel,
+        "cancel a pending or delayed message enqueued with an explicit id: it never runs",
+    )
+    cancel.add_argument("queue", help="the queue's name")
+    cancel.add_argument("id", help="the id given at enqueue (--id)")
+
+
+def _ui_commands(add: Add) -> None:
+    """``s3queue ui``, and ``--ui`` on ``dev``."""
+    ui = add(
+        "ui",
+        _cmd_ui,
+        "a web dashboard of the bucket's queues (the embedded S3 of `dev` if no bucket given)",
+    )
+    _ui_options(ui)
+
+
+def _ui_options(parser: argparse.ArgumentParser, *, flag: bool = False) -> None:
+    """The dashboard's address; with `flag`, the ``--ui`` switch (of ``dev``) too."""
+    if flag:
+        parser.add_argument("--ui", action="store_true", help="serve the web dashboard too")
+    parser.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="the dashboard's address (default 127.0.0.1: this machine only)",
+    )
+    parser.add_argument(
+        "--ui-port",
+        type=_ui_port,
+        default=8765,
+        metavar="PORT",
+        help="the dashboard's port (default 8765; 0: a free one)",
+    )
+
+
+def _ui_port(text: str) -> int:
+    if not text.isdigit() or not 0 <= int(text) <= 65535:
+        raise argparse.ArgumentTypeError(f"expected a port from 0 to 65535, got {text!r}")
+    return int(text)
+
+
+def _cmd_ui(args: argparse.Namespace) -> int:
+    # The web stack (Flask, waitress) is an extra: loaded only by this command.
+    try:
+        from s3queue.local.ui.serve import cmd_ui  # noqa: PLC0415
+    except ImportError as exc:
+        raise UsageError(
+            f"the dashboard needs the ui extra: pip install 's3queue[ui]' ({exc})"
+        ) from exc
+    return cmd_ui(args)
 
 
 def _runtime_options(parser: argparse.ArgumentParser) -> None:

@@ -62,6 +62,8 @@ def cmd_dev(args: argparse.Namespace, *, coordinate: bool = True) -> int:
             return INTERRUPTED
         if conn.server is not None:
             print(hint(conn, args.handlers, queues), file=sys.stderr)
+        if getattr(args, "ui", False):
+            _serve_ui(args, conn, stack)
         print(
             "Running; Ctrl-C stops (a second Ctrl-C aborts). Handler modules are loaded once: "
             "restart after editing one.",
@@ -84,6 +86,18 @@ def cmd_dev(args: argparse.Namespace, *, coordinate: bool = True) -> int:
         line.close()
         print_summary(summary, sys.stdout)
     return INTERRUPTED if interrupted.is_set() else 0
+
+
+def _serve_ui(args: argparse.Namespace, conn: Connection, stack: ExitStack) -> None:
+    """``dev --ui``: the dashboard on the same connection, served while `dev` runs."""
+    try:
+        from s3queue.local.ui.serve import in_background, warn_if_exposed  # noqa: PLC0415
+    except ImportError as exc:
+        raise UsageError(f"--ui needs the ui extra: pip install 's3queue[ui]' ({exc})") from exc
+    endpoint = conn.server.endpoint_url if conn.server else args.endpoint_url
+    warn_if_exposed(args.host)
+    url = stack.enter_context(in_background(conn, endpoint, args.host, args.ui_port))
+    print(f"Dashboard at {url}", file=sys.stderr)
 
 
 def _coordination(args: argparse.Namespace) -> CoordinatorSettings:

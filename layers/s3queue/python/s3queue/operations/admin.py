@@ -10,7 +10,7 @@ Dead letters are read in the one schema of `s3queue.protocol.deadletters`.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,7 +31,7 @@ TicketCache = dict[str, tuple[str, dict[str, int] | None]]
 """Ticket key -> (etag, in-flight adjustment per message key, None if undecodable)."""
 
 
-def _in_flight(storage: Storage, keys: QueueKeys, cache: TicketCache) -> dict[str, int]:
+def in_flight(storage: Storage, keys: QueueKeys, cache: TicketCache) -> dict[str, int]:
     """Message key -> minus the messages of it a live ticket has finished; one GET per change."""
     seen: TicketCache = {}
     for entry in iter_keys(storage, keys.tickets):
@@ -64,11 +64,11 @@ def stats(
 ) -> dict[str, Any]:
     """Counts of pending, delayed, in-flight and dead messages; what it costs: module docstring."""
     cache = {} if cache is None else cache
-    in_flight_keys = _in_flight(storage, keys, cache)
+    in_flight_keys = in_flight(storage, keys, cache)
     tickets = sum(1 for _, refs in cache.values() if refs is not None)
     total = _Counts()
     partitions: dict[str, _Counts] = {}
-    for entry, count, ready_ms in _messages(storage, keys):
+    for entry, count, ready_ms in iter_messages(storage, keys):
         part = partitions.setdefault(keys.partition_of(entry.key) or "", _Counts())
         for counts in (total, part):
             if entry.key in in_flight_keys:
@@ -104,7 +104,7 @@ class _Counts:
         }
 
 
-def _messages(storage: Storage, keys: QueueKeys) -> Iterator[tuple[Entry, int, int]]:
+def iter_messages(storage: Storage, keys: QueueKeys) -> Iterator[tuple[Entry, int, int]]:
     for entry in iter_keys(storage, keys.inbox):
         yield entry, 1, entry.last_modified_ms
     for folder in (keys.msg, keys.parts):
@@ -145,11 +145,16 @@ def dead_letters(
     return entries
 
 
-def redrive(storage: Storage, keys: QueueKeys, now_ms: int) -> int:
-    """Each dead letter becomes a fresh message (attempt 1, errors kept), then is deleted; its
-    payload goes back to ``blobs/`` (a copy before the message, the delete after)."""
+def redrive(
+    storage: Storage, keys: QueueKeys, now_ms: int, ids: Collection[str] | None = None
+) -> int:
+    """Each dead letter (of `ids` only, if given) becomes a fresh message (attempt 1, errors
+    kept), then is deleted; its payload goes back to ``blobs/`` (a copy before the message, the
+    delete after)."""
     moved = 0
     for entry in list(iter_dead(storage, keys)):
+        if ids is not None and keys.dead_id(entry.key) not in ids:
+            continue
         obj = None if keys.is_tombstone(entry.key, entry.size) else storage.get(entry.key)
         if obj is None:
             continue

@@ -7,14 +7,15 @@ from __future__ import annotations
 import io
 import logging
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, BinaryIO
 
 from s3queue.common.clock import Clock, SystemClock
 from s3queue.common.events import Emitter, Listener
 from s3queue.errors import InvalidArgument
-from s3queue.operations import admin
+from s3queue.operations import admin, messages
+from s3queue.operations.messages import WaitingMessage
 from s3queue.operations.orphans import Orphans, collect_orphans
 from s3queue.producing import batch
 from s3queue.producing.arguments import Delay, check_group, check_message, delay_ms_of
@@ -22,6 +23,7 @@ from s3queue.protocol.attributes import check_attributes
 from s3queue.protocol.deadletters import DeadLetter
 from s3queue.protocol.keys import (
     QueueKeys,
+    check_message_id,
     check_partition,
     check_queue_name,
     new_id,
@@ -259,9 +261,33 @@ class Queue:
         """
         return admin.dead_letters(self.storage, self.keys, limit, after)
 
-    def redrive(self) -> int:
-        """Move every DLQ entry back to the queue as a fresh message; how many moved."""
-        return admin.redrive(self.storage, self.keys, self.clock.now_ms())
+    def dead_letter(self, id: str) -> DeadLetter | None:
+        """The dead letter of message `id` (its latest, if it died more than once), or None."""
+        found = messages.dead_letters_of(self.storage, self.keys, check_message_id(id))
+        return found[-1] if found else None
+
+    def redrive(self, *, ids: Collection[str] | None = None) -> int:
+        """Move every DLQ entry (of `ids` only, if given) back to the queue as a fresh
+        message; how many moved."""
+        wanted = _ids(ids)
+        return admin.redrive(self.storage, self.keys, self.clock.now_ms(), wanted)
+
+    def delete_dead(self, *, ids: Collection[str] | None = None) -> int:
+        """Delete every dead letter (of `ids` only, if given) and its kept payload; how many."""
+        return messages.delete_dead(self.storage, self.keys, _ids(ids))
+
+    def peek(self, n: int = 10) -> list[WaitingMessage]:
+        """The first `n` messages waiting in the queue (pending, delayed or in flight), bodies
+        and attributes included, without taking them (`s3queue.operations.messages`)."""
+        if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+            raise InvalidArgument(f"n must be a whole number >= 0, got {n!r}")
+        return messages.peek(self.storage, self.keys, self.clock.now_ms(), n)
+
+    def cancel(self, id: str) -> bool:
+        """Cancel the pending or delayed message enqueued with ``id=``: it never runs. True if
+        this call cancelled it, False if it already was; `AlreadyDispatched` if a worker
+        started it first (or it was handled), `MessageNotFound` if the queue has no such id."""
+        return messages.cancel(self.storage, self.keys, check_message_id(id))
 
     def purge(self, *, include_dlq: bool = False) -> int:
         """Delete every pending message (and the DLQ if asked); how many messages went."""
@@ -279,3 +305,12 @@ class Queue:
     def delete(self) -> int:
         """Delete the queue: every object under its prefix."""
         return admin.delete(self.storage, self.keys)
+
+
+def _ids(ids: Collection[str] | None) -> frozenset[str] | None:
+    """Message ids given to an operator's call, checked; None stays None (every message)."""
+    if ids is None:
+        return None
+    if isinstance(ids, str):
+        raise InvalidArgument(f"ids must be a collection of message ids, not a string: {ids!r}")
+    return frozenset(check_message_id(i) for i in ids)

@@ -4,9 +4,10 @@ A dead letter is the message's record (`Record.to_json`) with its history beside
 `decode` returns it (one schema, also ``s3queue dlq list --json``): ``id``, ``queue``, ``key``
 (its DLQ object; pass the last one as ``after=`` for the next page), ``group`` and
 ``partition`` (or None), ``attributes`` (a dict, empty when none), ``attempts`` (deliveries, the
-last included), ``reason`` (the last error), ``errors`` (``[{attempt, at, error}]``, ``at`` in
-epoch ms), ``enqueued_ms``, ``dead_ms``, and ``body`` with ``body_encoding``: ``"json"`` (the
-body as enqueued), ``"base64"`` (bytes) or ``"payload"`` (``body`` is None and ``payload`` is
+last included), ``reason`` (the last error), ``errors`` (``[{attempt, at, error, traceback}]``,
+``at`` in epoch ms, ``traceback`` the handler's, its last `TRACEBACK_CHARS`, or None),
+``enqueued_ms``, ``dead_ms``, and ``body`` with ``body_encoding``: ``"json"`` (the body as
+enqueued), ``"base64"`` (bytes) or ``"payload"`` (``body`` is None and ``payload`` is
 ``{key, size}``: the stored payload, kept beside the dead letter in ``dlq/~payloads/`` and
 expired with it; ``payload`` is None otherwise).
 """
@@ -14,19 +15,41 @@ expired with it; ``payload`` is None otherwise).
 from __future__ import annotations
 
 import json
+import traceback as tb
 from typing import Any, Literal, TypedDict
 
 from s3queue.protocol.records import Record
 
 FORMAT = 1
+TRACEBACK_CHARS = 8 * 1024
+"""A traceback keeps its last this many characters (where the exception was raised)."""
+CUT = "... (traceback cut; its last lines follow)\n"
 
 
 class ErrorEntry(TypedDict):
-    """One failed delivery in a message's error history."""
+    """One failed delivery in a message's error history (also a retry copy's ``errors``)."""
 
     attempt: int
     at: int
     error: str | None
+    traceback: str | None
+
+
+def format_traceback(exc: BaseException) -> str:
+    """`exc`'s traceback (with its causes), bounded to `TRACEBACK_CHARS`."""
+    return bound_traceback("".join(tb.format_exception(exc)), TRACEBACK_CHARS)
+
+
+def bound_traceback(text: str, limit: int) -> str:
+    """`text` if it fits in `limit` characters, else a marker and its tail."""
+    if len(text) <= limit:
+        return text
+    return CUT + text[len(text) - (limit - len(CUT)) :]
+
+
+def error_entry(attempt: int, at: int, error: str | None, traceback: str | None) -> ErrorEntry:
+    """An entry of a message's error history, as retry copies and dead letters store it."""
+    return {"attempt": attempt, "at": at, "error": error, "traceback": traceback}
 
 
 class DeadLetter(TypedDict):
@@ -58,9 +81,10 @@ def encode(
     attempt: int,
     error: str | None,
     token: str,
+    traceback: str | None = None,
 ) -> bytes:
     """A dead letter for `record`, which failed its last delivery (`attempt`) with `error`."""
-    last: ErrorEntry = {"attempt": attempt, "at": dead_ms, "error": error}
+    last = error_entry(attempt, dead_ms, error, traceback)
     doc = record.to_json()
     doc.update(
         {
@@ -83,7 +107,7 @@ def decode(key: str, data: bytes) -> DeadLetter:
     doc = _document(data) or {"reason": "undecodable dead letter"}
     raw = "b64" in doc
     payload = doc.get("payload") if isinstance(doc.get("payload"), dict) else None
-    errors = list(doc.get("errors") or [])
+    errors = [decode_error(e) for e in doc.get("errors") or [] if isinstance(e, dict)]
     return {
         "id": doc.get("id"),
         "queue": doc.get("queue"),
@@ -100,6 +124,13 @@ def decode(key: str, data: bytes) -> DeadLetter:
         "body_encoding": "payload" if payload else "base64" if raw else "json",
         "payload": payload,
     }
+
+
+def decode_error(raw: dict[str, Any]) -> ErrorEntry:
+    """A stored history entry in the schema (written before tracebacks were kept: None)."""
+    return error_entry(
+        raw.get("attempt", 0), raw.get("at", 0), raw.get("error"), raw.get("traceback")
+    )
 
 
 def decode_record(data: bytes) -> tuple[Record, str] | None:

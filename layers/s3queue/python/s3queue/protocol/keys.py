@@ -292,6 +292,12 @@ class QueueKeys:
     def dead(self, dead_ms: int, message_id: str) -> str:
         return self.dlq + f"{dead_ms:013d}-{message_id}"
 
+    def dead_id(self, key: str) -> str | None:
+        """The message id of a ``dlq/<dead_ms>-<id>`` key; None for any other key."""
+        name = key[len(self.dlq) :] if key.startswith(self.dlq) else ""
+        stamp, dash, message_id = name.partition("-")
+        return message_id if dash and len(stamp) == 13 and stamp.isdigit() else None
+
     @property
     def dead_payloads(self) -> str:
         """Dead letters' payloads: under ``dlq/`` so the DLQ's lifecycle rule expires them with

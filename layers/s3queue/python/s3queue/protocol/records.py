@@ -156,17 +156,31 @@ def foreign_record(
         return Record(foreign_id(name), data, modified_ms, raw=True, attributes=attrs)
 
 
+PENDING, STARTED, DONE, CANCELLED = "pending", "started", "done", "cancelled"
+
+
 @dataclass(frozen=True, slots=True)
 class Marker:
-    """An explicit id's dedup marker (``ids/<id>``): put "pending" with its message's key
-    before the message (producer.py), marked "done" when the message is handled (apply.py)."""
+    """An explicit id's dedup marker (``ids/<id>``) and the state of its message.
+
+    ``pending`` (with its message's key) is put before the message (writer.py) and follows
+    its retry and released copies (apply.py); a worker CASes it to ``started`` before the
+    handler runs, and an operator's cancel CASes ``pending`` to ``cancelled`` (messages.py):
+    exactly one of the two wins. ``done`` when the message is handled (apply.py). ``done`` and
+    ``cancelled`` are final: the message never runs again and a repeated enqueue is a no-op.
+    """
 
     state: str
     key: str | None = None
 
     @property
     def done(self) -> bool:
-        return self.state == "done"
+        return self.state == DONE
+
+    @property
+    def final(self) -> bool:
+        """Handled or cancelled: nothing of this id runs any more."""
+        return self.state in (DONE, CANCELLED)
 
     def encode(self, token: str) -> bytes:
         doc: dict[str, Any] = {"v": 1, "token": token, "state": self.state}

@@ -7,7 +7,14 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from s3queue.errors import MalformedMessage
+from s3queue.protocol.deadletters import bound_traceback
 from s3queue.protocol.records import FORMAT
+
+TICKET_TRACEBACK_CHARS = 128 * 1024
+"""The tracebacks one ticket keeps in all: its document travels in a Lambda invoke (1 MB for an
+async event), so a ticket's later failures keep what is left of this, then none."""
+SHORT_TRACEBACK_CHARS = 512
+"""Less room than this left: no traceback (a shorter tail would not show where it was raised)."""
 
 OutcomeKind = Literal["done", "retry", "dead", "release", "skip"]
 """done, retry, dead: the handler ran; release: it did not, the message goes back as it was;
@@ -61,11 +68,15 @@ class Outcome:
     attempt: int = 0
     """The attempt this outcome ends (0 for a release: the handler did not run). Kept here, not
     derived at apply time: a lease expiry after a heartbeat recorded it must not count."""
+    traceback: str | None = None
+    """The handler's traceback when it raised (bounded: `Ticket.record`)."""
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"ref": self.ref, "id": self.id, "kind": self.kind, "at": self.at_ms}
         if self.error is not None:
             out["error"] = self.error
+        if self.traceback is not None:
+            out["tb"] = self.traceback
         if self.delay_ms:
             out["delay"] = self.delay_ms
         if self.attempt:
@@ -82,6 +93,7 @@ class Outcome:
             data.get("error"),
             int(data.get("delay", 0)),
             int(data.get("attempt", 0)),
+            data.get("tb"),
         )
 
 
@@ -162,6 +174,17 @@ class Ticket:
             "etag": etag,
             "doc": json.loads(self.encode("")),
         }
+
+    def record(self, outcome: Outcome) -> None:
+        """Add an outcome, its traceback cut to what is left of `TICKET_TRACEBACK_CHARS` (none
+        when less than `SHORT_TRACEBACK_CHARS` is): a ticket's tracebacks stay within that."""
+        if outcome.traceback is not None:
+            left = TICKET_TRACEBACK_CHARS - sum(len(o.traceback or "") for o in self.outcomes)
+            if left < SHORT_TRACEBACK_CHARS:
+                outcome.traceback = None
+            elif len(outcome.traceback) > left:
+                outcome.traceback = bound_traceback(outcome.traceback, left)
+        self.outcomes.append(outcome)
 
     def finished(self) -> set[tuple[str, str]]:
         return {(o.ref, o.id) for o in self.outcomes}

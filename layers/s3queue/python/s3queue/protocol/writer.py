@@ -56,7 +56,9 @@ class Writer:
         if obj is None:
             return False
         marker = Marker.decode(obj.body)
-        return marker.done or (marker.key is not None and self.storage.head(marker.key) is not None)
+        if marker.final:
+            return True
+        return marker.key is not None and self.storage.head(marker.key) is not None
 
     def send_one(self, keys: QueueKeys, record: Record, delay_ms: int, now: int) -> bool:
         """`key_for`, `encode` and `put_one`: see `put_one`."""
@@ -135,7 +137,7 @@ class Writer:
         except Conflict:
             obj = self.storage.get(marker)
             existing = Marker.decode(obj.body) if obj is not None else Marker("pending")
-            if existing.done:
+            if existing.final:  # handled, or cancelled: the id is used up
                 return key, False
             full = existing.key or full
             key = keys.parse_msg(full) or key

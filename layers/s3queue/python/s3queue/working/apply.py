@@ -248,7 +248,7 @@ def _put_retry(
     source: MsgKey | None,
     ticket: Ticket,
 ) -> None:
-    error = {"attempt": attempt, "at": outcome.at_ms, "error": outcome.error}
+    error = deadletters.error_entry(attempt, outcome.at_ms, outcome.error, outcome.traceback)
     retry = _with(record, attempt=attempt + 1, errors=[*record.errors, error])
     due = outcome.at_ms + outcome.delay_ms
     origin = ticket_name(ticket.epoch, ticket.seq)
@@ -271,7 +271,7 @@ def _follow_marker(storage: Storage, keys: QueueKeys, message_id: str, copy_key:
     if found is None:
         return
     marker, etag = found
-    if marker.done or marker.key == copy_key:
+    if marker.final or marker.key == copy_key:  # a cancelled id stays cancelled
         return
     token = new_token()
     with contextlib.suppress(Conflict):
@@ -311,6 +311,7 @@ def _put_dead(
         attempt=attempt,
         error=outcome.error,
         token=new_token(),
+        traceback=outcome.traceback,
     )
     _create(storage, keys.dead(outcome.at_ms, record.id), entry)
 

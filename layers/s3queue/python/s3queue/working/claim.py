@@ -68,7 +68,7 @@ class Claim:
     def record(self, outcome: Outcome) -> None:
         """Add an outcome; the next heartbeat (due before the next start) or the commit saves it."""
         with self.lock:
-            self.ticket.outcomes.append(outcome)
+            self.ticket.record(outcome)
 
 
 def heartbeat_loop(claim: Claim, stop: threading.Event, interval: float) -> None:

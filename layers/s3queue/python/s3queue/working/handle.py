@@ -9,6 +9,8 @@ delivered too often, or on an explicit id already handled) is judged in one plac
 from __future__ import annotations
 
 import functools
+import logging
+import os
 import random
 import time
 from collections.abc import Callable
@@ -18,16 +20,22 @@ from s3queue.common.backoff import compute_backoff
 from s3queue.common.clock import Clock
 from s3queue.common.events import Emitter
 from s3queue.contract.settings import QueueSettings
-from s3queue.errors import PayloadMissing, PermanentError, StorageError
+from s3queue.errors import Conflict, PayloadMissing, PermanentError, StorageError
 from s3queue.message import Message
+from s3queue.protocol.deadletters import format_traceback
 from s3queue.protocol.keys import QueueKeys
 from s3queue.protocol.payload import open_payload
-from s3queue.protocol.records import Record, to_datetime
+from s3queue.protocol.records import STARTED, Marker, Record, to_datetime
 from s3queue.protocol.tickets import Outcome, OutcomeKind, Ref
-from s3queue.storage.base import Storage
+from s3queue.storage.base import Storage, new_token
 from s3queue.working.apply import read_marker
 
 Handler = Callable[[Message], object]
+
+_log = logging.getLogger(__name__)
+
+MARKER_ROUNDS = 4
+"""Reads of an explicit id's marker before a start gives up (each lost CAS is a real change)."""
 
 
 class Runner:
@@ -67,10 +75,10 @@ class Runner:
                 f"expired {expired} of them while it ran)"
             )
             return self.outcome(ref, record, "dead", why, attempt)
-        if record.dedup and self._already_done(record.id):
-            # Put again by a repeated enqueue after it was handled: retire it, run nothing.
-            self.emit("skip", now, message_id=record.id, reason="explicit id already handled")
-            return Outcome(ref.key, record.id, "skip", now, None, 0, attempt)
+        if record.dedup:
+            not_started = self._explicit(ref, record, attempt, now)
+            if not_started is not None:
+                return not_started
         try:
             message = self._message(ref, record, attempt, redelivered or record.redelivered)
         except PayloadMissing as exc:
@@ -118,11 +126,24 @@ class Runner:
         attempt, started = message.attempt, time.perf_counter()
         try:
             handler(message)
-        except (PermanentError, PayloadMissing) as exc:  # a payload gone never comes back
-            return self.outcome(ref, record, "dead", _describe(exc), attempt, started)
         except Exception as exc:  # noqa: BLE001 - any handler failure is a retry, never a crash
-            kind: OutcomeKind = "dead" if attempt > self.settings.max_retries else "retry"
-            return self.outcome(ref, record, kind, _describe(exc), attempt, started)
+            # A payload gone never comes back: like PermanentError, dead at once.
+            permanent = isinstance(exc, PermanentError | PayloadMissing)
+            last = attempt > self.settings.max_retries
+            kind: OutcomeKind = "dead" if permanent or last else "retry"
+            failure = _from_handler(exc)
+            _log.info(
+                "handler of %s message %s failed on attempt %d (%s)",
+                self.keys.queue,
+                record.id,
+                attempt,
+                kind,
+                exc_info=failure,
+                extra={"queue": self.keys.queue, "message_id": record.id},
+            )
+            outcome = self.outcome(ref, record, kind, _describe(exc), attempt, started)
+            outcome.traceback = format_traceback(failure)
+            return outcome
         return self.outcome(ref, record, "done", None, attempt, started)
 
     def outcome(
@@ -148,9 +169,60 @@ class Runner:
         self.emit("handler_finish", now, delay_ms=delay, **fields)
         return Outcome(ref.key, record.id, kind, now, error, delay, attempt)
 
-    def _already_done(self, message_id: str) -> bool:
-        found = read_marker(self.storage, self.keys, message_id)
-        return found is not None and found[0].done
+    def _explicit(self, ref: Ref, record: Record, attempt: int, now: int) -> Outcome | None:
+        """None if the explicit-id message may run; else its outcome without running."""
+        try:
+            skip = self._start_explicit(record.id)
+        except StorageError as exc:  # its marker could not be settled: run it later
+            kind: OutcomeKind = "dead" if attempt > self.settings.max_retries else "retry"
+            return self.outcome(ref, record, kind, _describe(exc), attempt)
+        if skip is None:
+            return None
+        # Handled already (put again by a repeated enqueue), or cancelled: retire it.
+        self.emit("skip", now, message_id=record.id, reason=skip)
+        return Outcome(ref.key, record.id, "skip", now, None, 0, attempt)
+
+    def _start_explicit(self, message_id: str) -> str | None:
+        """Claim an explicit id's run on its marker: None to run the handler, else why not.
+
+        ``pending`` becomes ``started`` by CAS, so a cancel (which CASes ``pending`` to
+        ``cancelled``) and this start cannot both win: a cancel that lost says so, and a start
+        that lost finds ``cancelled`` and runs nothing. ``started`` is a redelivery: run. No
+        marker (expired by the lifecycle rule): run, as before markers could be cancelled.
+        """
+        for _ in range(MARKER_ROUNDS):
+            found = read_marker(self.storage, self.keys, message_id)
+            if found is None:
+                return None
+            marker, etag = found
+            if marker.final:
+                return "explicit id already handled" if marker.done else "cancelled"
+            if marker.state == STARTED:
+                return None
+            token = new_token()
+            started = Marker(STARTED, marker.key).encode(token)
+            try:
+                self.storage.put(self.keys.marker(message_id), started, if_match=etag, token=token)
+            except Conflict:
+                continue  # cancelled, done or moved meanwhile: read it again
+            return None
+        raise StorageError(f"the marker of {message_id} kept changing; not started")
+
+
+_CORE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _from_handler(exc: BaseException) -> BaseException:
+    """`exc` with its traceback starting at the handler: the worker's own frames above it
+    (this module, the guard) tell an operator nothing."""
+    tb = exc.__traceback__
+    while (
+        tb is not None
+        and tb.tb_next is not None
+        and tb.tb_frame.f_code.co_filename.startswith(_CORE)
+    ):
+        tb = tb.tb_next
+    return exc.with_traceback(tb)
 
 
 def _describe(exc: BaseException) -> str:
