@@ -134,6 +134,7 @@ def test_enqueue_stats_and_every_body_form(
         "dead",
         "tickets",
         "oldest_age_s",
+        "paused",
     ]
     assert [row.split()[0] for row in table.splitlines()[1:]] == ["generate_report", "send_email"]
     cli.ok("enqueue", "send_email", '{"to": "t@acme.example"}', "--partition", "acme")
@@ -142,6 +143,19 @@ def test_enqueue_stats_and_every_body_form(
     assert [row[1:4] for row in rows[1:]] == [["(default)", "2", "1"], ["acme", "1", "0"]]
     partitions = json.loads(cli.ok("stats", "send_email", "--json"))["partitions"]
     assert partitions["acme"]["pending"] == 1
+
+
+@pytest.mark.s3
+def test_pause_and_resume_a_queue(cli: Cli) -> None:
+    cli.ok("enqueue", "send_email", '{"to": "ada@example.com"}')
+    assert "paused send_email" in cli.ok("pause", "send_email")
+    stats = json.loads(cli.ok("stats", "send_email", "--json"))
+    assert stats["paused"] is True and stats["held"] == {"paused": 1}
+    assert cli.ok("stats").splitlines()[1].split()[-1] == "True"
+    code, _, err = cli("pause", "no_such_queue")
+    assert code == 2 and "unknown queue 'no_such_queue'" in err
+    assert "resumed send_email" in cli.ok("resume", "send_email")
+    assert json.loads(cli.ok("stats", "send_email", "--json"))["paused"] is False
 
 
 @pytest.mark.s3

@@ -271,3 +271,18 @@ def test_pulling_workers_partitions_and_blocks_are_in_the_runs() -> None:
     # ... and elastic tickets: under the backlog, tickets grew past batch_size (sizing.py)
     sizes = [int(e["messages"]) for e in everything.history.of("dispatch")]
     assert max(sizes) > everything.config.settings.batch_size, sorted(set(sizes))
+
+
+def test_pauses_are_in_the_runs() -> None:
+    """Guards the workload: the operator paused the queue while work waited, a coordinator
+    read the switch inside a pause (and, by the checker, dispatched nothing after it)."""
+    for family in ("quiet", "everything"):
+        history = family_run(family, 1).history
+        assert len(history.of("pause_done")) == Config().pauses
+        paused, read_paused = False, 0
+        for e in history:
+            if e.kind in ("pause_done", "resume_start"):
+                paused = e.kind == "pause_done"
+            elif e.kind == "controls_read" and paused and e.actor.startswith("c"):
+                read_paused += 1
+        assert read_paused, family

@@ -44,6 +44,9 @@ class QueueSettings:
     """Worker Lambda memory in MB (deployment only)."""
     timeout: int = 60
     """Worker Lambda timeout in seconds (deployment only); at least `visibility_timeout`."""
+    paused: bool = False
+    """Dispatch nothing new, as after ``s3queue pause`` (which needs no deployment): a
+    deployment's override. Enqueues are accepted; tickets in flight finish."""
 
     def __post_init__(self) -> None:
         positive = (
@@ -78,6 +81,11 @@ class QueueSettings:
             raise ConfigError(f"unknown settings {unknown}; known: {sorted(known)}")
         converted: dict[str, Any] = {}
         for name, value in values.items():
+            if known[name].type == "bool":
+                if not isinstance(value, bool):
+                    raise ConfigError(f"setting {name} must be true or false, got {value!r}")
+                converted[name] = value
+                continue
             kind = float if known[name].type == "float" else int
             if isinstance(value, bool) or not isinstance(value, int | float):
                 raise ConfigError(f"setting {name} must be a number, got {value!r}")

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 
 from s3queue.common.clock import Clock, SystemClock, ms
@@ -28,6 +28,7 @@ from s3queue.common.events import Emitter, Listener
 from s3queue.contract.settings import CoordinatorSettings, QueueSettings
 from s3queue.dispatching import scan, sizing
 from s3queue.dispatching.cursor import Cursors
+from s3queue.dispatching.gate import Gate
 from s3queue.dispatching.probe import probe
 from s3queue.dispatching.publishing import Publisher
 from s3queue.dispatching.reconcile import Invoker, Known, Reconciler
@@ -65,6 +66,8 @@ class TickResult:
     """Messages in live tickets (a packed object counts all its messages)."""
     oldest_ready_ms: int | None = None
     """Visible time of the oldest ready message not in flight, if the tick scanned."""
+    paused: bool = False
+    """The queue is paused (gate.py): this tick dispatched nothing new and scanned nothing."""
 
     @property
     def idle(self) -> bool:
@@ -127,6 +130,8 @@ class Coordinator:
             run_all or Threads(self.config.publish_concurrency, "s3queue-publish"),
             self.emit,
         )
+        self.gate = Gate(storage, self.keys, self.settings)
+        """Flow control: whether this tick may dispatch (gate.py)."""
         self.memory = self._fresh()
 
     @property
@@ -162,6 +167,7 @@ class Coordinator:
         known = self.memory.known
         before = dict(known)
         reaped = reconciler.reconcile(listed, known, self.memory.cursors)
+        self.gate.observe(listed)
         now = self.clock.now_ms()
         for key in before.keys() - known.keys():
             refs = self.memory.parsed.get(key) or self._refs(before[key].ticket)
@@ -191,6 +197,8 @@ class Coordinator:
         capacity = self.settings.max_in_flight_tickets - len(memory.known)
         if capacity <= 0:
             return self._result(reaped)
+        if self.gate.paused:
+            return replace(self._result(reaped), paused=True)
         live = [r for refs in self._ticket_refs().values() for r in refs]
         in_flight = {r.key for r in live}
         inbox = self._inbox_and_partitions(now)

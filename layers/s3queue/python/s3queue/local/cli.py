@@ -25,7 +25,7 @@ from s3queue.errors import (
     QueueNotFound,
     S3QueueError,
 )
-from s3queue.local import commands, dev
+from s3queue.local import commands, dev, flow_commands
 from s3queue.local.console import UsageError
 from s3queue.local.runtime import LOCAL_COORDINATION
 
@@ -167,6 +167,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     _dev_commands(add)
     _queue_commands(add)
+    _flow_commands(add)
     return parser
 
 
@@ -278,6 +279,17 @@ def _queue_commands(add: Add) -> None:
     gc.add_argument("--dry-run", action="store_true", help="list the orphans, delete nothing")
     delete = add("delete", commands.cmd_delete, "delete a queue: every object under its prefix")
     delete.add_argument("queue", help=queue_help)
+
+
+def _flow_commands(add: Add) -> None:
+    queue_help = "the queue's name (its handler module's file name)"
+    for name, command, text in (
+        ("pause", flow_commands.cmd_pause, "dispatch nothing new (enqueues are still accepted)"),
+        ("resume", flow_commands.cmd_resume, "dispatch again after `s3queue pause`"),
+    ):
+        sub = add(name, command, text)
+        sub.add_argument("queue", help=queue_help)
+        sub.add_argument("--handlers", default=dev.DEFAULT_HANDLERS, help="handler modules folder")
 
 
 def _runtime_options(parser: argparse.ArgumentParser) -> None:

@@ -109,7 +109,8 @@ def cmd_stats(args: argparse.Namespace) -> int:
         ]
         print_table(heads, table)
         return 0
-    columns = ("queue", "pending", "delayed", "in_flight", "dead", "tickets", "oldest_age_s")
+    columns: tuple[str, ...] = ("queue", "pending", "delayed", "in_flight", "dead", "tickets")
+    columns += ("oldest_age_s", "paused")
     print_table(columns, [[row[c] for c in columns] for row in rows])
     return 0
 

@@ -19,6 +19,7 @@ from s3queue.operations.orphans import Orphans, collect_orphans
 from s3queue.producing import batch
 from s3queue.producing.arguments import Delay, check_group, check_message, delay_ms_of
 from s3queue.protocol.attributes import check_attributes
+from s3queue.protocol.controls import read_controls, set_paused
 from s3queue.protocol.deadletters import DeadLetter
 from s3queue.protocol.keys import (
     QueueKeys,
@@ -244,8 +245,28 @@ class Queue:
 
         Costs one LIST per 1,000 keys of the queue, and one GET per ticket that changed since
         this object's previous call (all of them the first time): poll one `Queue`, not new ones.
+        ``paused`` (one GET) and ``held``: what dispatch holds back, and why (``{"paused": n}``).
         """
-        return admin.stats(self.storage, self.keys, self.clock.now_ms(), self._tickets)
+        counts = admin.stats(self.storage, self.keys, self.clock.now_ms(), self._tickets)
+        paused = self.paused()
+        counts["paused"] = paused
+        counts["held"] = {"paused": counts["pending"] if paused else 0}
+        return counts
+
+    def pause(self) -> None:
+        """Dispatch nothing new until `resume`: enqueues are still accepted and tickets in flight
+        finish. Stored in the bucket (``<queue>/controls``), so the leading coordinator, on
+        Lambda or in any local process, honours it at its next tick."""
+        set_paused(self.storage, self.keys.controls, True, self.clock.now_ms())
+
+    def resume(self) -> None:
+        """Undo `pause`: the next tick dispatches again (a deployment's ``paused`` setting
+        still holds the queue, and is not seen here)."""
+        set_paused(self.storage, self.keys.controls, False, self.clock.now_ms())
+
+    def paused(self) -> bool:
+        """Is the queue paused by `pause`? One GET."""
+        return read_controls(self.storage, self.keys.controls)[0].paused
 
     def dead_letters(
         self, limit: int | None = 100, *, after: str | None = None

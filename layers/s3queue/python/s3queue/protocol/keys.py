@@ -10,6 +10,7 @@
     <prefix>/<queue>/msg/<sort_ms>-<id>[~attr]   messages put by the library
     <prefix>/<queue>/parts/<partition>/<sort_ms>-<id>[~attr]   ... into a partition
     <prefix>/<queue>/tickets/<epoch>-<seq>       tickets
+    <prefix>/<queue>/tickets/~controls           an operator's switches: pause (controls.py)
 
 A *partition* (a tenant, a client) is a folder of its own: ``msg/`` is the default partition's,
 ``parts/<partition>/`` a named one's, with the same names inside. The leader keeps a cursor per
@@ -228,6 +229,13 @@ class QueueKeys:
     @property
     def lease(self) -> str:
         return self.root + "coordinator"
+
+    @property
+    def controls(self) -> str:
+        """The operator's switches (`s3queue.protocol.controls`): beside the tickets, after
+        them all (``~`` sorts after digits), so the LIST of tickets that starts every tick
+        shows whether it changed, at no extra request. Never a ticket, nor work."""
+        return self.tickets + "~controls"
 
     @property
     def inbox(self) -> str:
