@@ -146,6 +146,20 @@ def test_enqueue_stats_and_every_body_form(
 
 
 @pytest.mark.s3
+def test_enqueue_with_a_priority(cli: Cli, shared_s3_client: Any, bucket: str) -> None:
+    cli.ok("enqueue", "send_email", '{"to": "a@example.com"}', "--priority", "9")
+    cli.ok(
+        "enqueue", "send_email", '{"to": "b@example.com"}', "--priority", "2", "--partition", "t7"
+    )
+    listed = shared_s3_client.list_objects_v2(Bucket=bucket, Prefix="s3queue/send_email/parts/")
+    folders = sorted({o["Key"].split("/")[3] for o in listed["Contents"]})
+    assert folders == ["t7~2", "~9"]
+    for bad in (("--priority", "10"), ("--priority", "3", "--group", "g")):
+        code, _, err = cli("enqueue", "send_email", "{}", *bad)
+        assert code == 2 and "priority" in err
+
+
+@pytest.mark.s3
 def test_pause_and_resume_a_queue(cli: Cli) -> None:
     cli.ok("enqueue", "send_email", '{"to": "ada@example.com"}')
     assert "paused send_email" in cli.ok("pause", "send_email")

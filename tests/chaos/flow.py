@@ -9,12 +9,16 @@ it is tried again until it answers, and the queue always ends resumed. It record
     resume_start    before `Queue.resume` is called: until here it still is
 
 Each process's LIST of tickets, which shows the controls document (``tickets/~controls``:
-the gate GETs it when its ETag changed), is recorded before the request leaves
-(``controls_read``, by `ProcessStorage.list`), so a read recorded after ``pause_done``
-and before ``resume_start`` began after the pause applied and ended before the resume began:
-on strongly consistent storage it read "paused". Invariant ``paused_dispatch``: no process
-publishes a ticket (``dispatch``) after such a read and before its next one; and, in a
-run with pauses, none dispatches before it ever read the controls.
+the gate GETs it when its ETag changed), is recorded before the request can leave
+(``controls_read``) and once its answer came (``controls_seen``, both by
+`ProcessStorage.list`). A LIST read after ``pause_done`` and seen before the next
+``resume_start`` began after the pause applied and ended before the resume began: on strongly
+consistent storage it read "paused". (One that a frozen process sends after the resume began
+is not: the chaos suite found that the first version of this check said so.)
+
+Invariant ``paused_dispatch``: no process publishes a ticket (``dispatch``) after such a read
+and before its next one; and, in a run with pauses, none dispatches before it ever read the
+controls.
 """
 
 from __future__ import annotations
@@ -66,16 +70,24 @@ def check_pauses(entries: list[Entry], report: Report) -> None:
     nothing to check (hand-made histories have no reads of the controls)."""
     if not any(e.kind == "pause_done" for e in entries):
         return
-    paused = False
+    pause: int | None = None
+    """The pause in force (its number), None while resumed."""
+    count = 0
+    started: dict[str, int | None] = {}
+    """process -> the pause in force when its LIST of tickets in progress began."""
     last_read: dict[str, bool] = {}
-    """process -> whether its last read of the controls began inside a pause."""
+    """process -> whether its last LIST of tickets ran wholly inside one pause."""
     for e in entries:
         if e.kind == "pause_done":
-            paused = True
+            count += 1
+            pause = count
         elif e.kind == "resume_start":
-            paused = False
+            pause = None
         elif e.kind == "controls_read":
-            last_read[e.actor] = paused
+            started[e.actor] = pause
+        elif e.kind == "controls_seen":
+            began = started.pop(e.actor, None)
+            last_read[e.actor] = began is not None and began == pause
         elif e.kind == "dispatch":
             seen = last_read.get(e.actor)
             if seen is None:

@@ -37,14 +37,15 @@ from s3queue.dispatching.view import (
     Memory,
     Part,
     busy_groups,
+    by_priority,
     count_refs,
     dispatchable,
-    fair_shares,
     interleaved,
     oldest_ready,
+    prioritized_shares,
     queued,
 )
-from s3queue.protocol.keys import PARTITION, QueueKeys, check_queue_name
+from s3queue.protocol.keys import QueueKeys, check_queue_name, is_folder_name, split_lane
 from s3queue.protocol.lease import LeaderLease
 from s3queue.protocol.tickets import Ticket
 from s3queue.storage.base import Entry, Storage, iter_keys
@@ -237,7 +238,7 @@ class Coordinator:
             self.run_all, [self._inbox, partial(self.storage.list_folders, self.keys.parts)]
         )
         named = [folder[len(self.keys.parts) : -1] for folder in folders]
-        memory.partitions = [None, *(p for p in named if PARTITION.fullmatch(p))]
+        memory.partitions = [None, *(p for p in named if is_folder_name(p))]
         memory.discovered_ms = now
         return inbox  # type: ignore[no-any-return]
 
@@ -245,19 +246,20 @@ class Coordinator:
         """The inbox's first page (listed once a tick, from its start), by partition."""
         found: dict[str | None, list[scan.Candidate]] = {}
         for entry in self.storage.list(self.keys.inbox).entries:
-            partition = self.keys.partition_of(entry.key)
-            found.setdefault(partition, []).append(scan.inbox_candidate(entry))
+            lane = self.keys.lane_of(entry.key)
+            found.setdefault(lane, []).append(scan.inbox_candidate(entry))
         return found
 
     def _round(self, inbox: dict[str | None, list[scan.Candidate]]) -> list[str | None]:
         """The partitions this tick reads, starting at this tick's turn: every partition found
         in ``parts/`` (listed every `discover_interval`) or the inbox, and the default one;
-        at most `partitions_per_tick` of them, the next ones first at the next tick."""
+        at most `partitions_per_tick` of them, the next ones first at the next tick. Priority
+        lanes come first, the highest first (`by_priority`)."""
         memory = self.memory
         known = set(memory.partitions)
         everyone = memory.partitions + sorted(p for p in inbox if p not in known and p)
         start = everyone.index(memory.served) + 1 if memory.served in everyone else 0
-        rotated = everyone[start:] + everyone[:start]
+        rotated = by_priority(everyone[start:] + everyone[:start])
         return rotated[: max(1, self.config.partitions_per_tick)]
 
     def _read(
@@ -312,7 +314,8 @@ class Coordinator:
             ).run(part.candidates)
 
         wanted = [plan(part, capacity) for part in parts]
-        shares = fair_shares([len(w.batches) for w in wanted], capacity)
+        priorities = [split_lane(part.partition)[1] for part in parts]
+        shares = prioritized_shares([len(w.batches) for w in wanted], priorities, capacity)
         for part, want, share in zip(parts, wanted, shares, strict=True):
             part.plan = want if share == len(want.batches) and not offset else plan(part, share)
             offset += len(part.plan.batches)

@@ -238,6 +238,13 @@ def _queue_commands(add: Add) -> None:
         "--partition", help="a tenant or client: partitions are served fairly, side by side"
     )
     enqueue.add_argument(
+        "--priority",
+        type=int,
+        default=0,
+        metavar="N",
+        help="0 (default) to 9: higher ones start first (not with --group)",
+    )
+    enqueue.add_argument(
         "--attr",
         action="append",
         default=[],

@@ -88,6 +88,7 @@ def cmd_enqueue(args: argparse.Namespace) -> int:
         group=args.group,
         partition=args.partition,
         attributes=attributes,
+        priority=args.priority,
     )
     print(message_id)
     return 0

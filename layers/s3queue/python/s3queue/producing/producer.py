@@ -17,13 +17,18 @@ from s3queue.errors import InvalidArgument
 from s3queue.operations import admin
 from s3queue.operations.orphans import Orphans, collect_orphans
 from s3queue.producing import batch
-from s3queue.producing.arguments import Delay, check_group, check_message, delay_ms_of
+from s3queue.producing.arguments import (
+    Delay,
+    check_group,
+    check_message,
+    delay_ms_of,
+    lane_of,
+)
 from s3queue.protocol.attributes import check_attributes
 from s3queue.protocol.controls import read_controls, set_paused
 from s3queue.protocol.deadletters import DeadLetter
 from s3queue.protocol.keys import (
     QueueKeys,
-    check_partition,
     check_queue_name,
     new_id,
 )
@@ -90,6 +95,7 @@ class Queue:
         group: str | None = None,
         partition: str | None = None,
         attributes: Mapping[str, str] | None = None,
+        priority: int = 0,
     ) -> str:
         """Add one message (one PUT) and return its id.
 
@@ -99,10 +105,14 @@ class Queue:
         order, one at a time. A ``partition`` (a tenant, a client: 1-64 of ``[A-Za-z0-9_.-]``)
         is served fairly beside the others, whatever their backlogs; a group lives inside its
         partition. ``attributes`` (str to str, see `s3queue.protocol.attributes`) reach the
-        handler as ``message.attributes``. A bad argument raises `InvalidArgument` (a bad body
-        `MalformedMessage`) before anything is written.
+        handler as ``message.attributes``. A ``priority`` from 0 (the default) to 9: higher
+        ones start first (strictly, queue-wide; equal ones fairly across partitions); a grouped
+        message takes none (its group runs in enqueue order). A bad argument raises
+        `InvalidArgument` (a bad body `MalformedMessage`) before anything is written.
         """
-        keys, delay_ms, attrs = check_message(self.keys, id, delay, group, partition, attributes)
+        keys, delay_ms, attrs = check_message(
+            self.keys, id, delay, group, partition, attributes, priority
+        )
         return self._enqueue_body(keys, body, id, delay_ms, group, attrs)
 
     def enqueue_file(
@@ -114,6 +124,7 @@ class Queue:
         group: str | None = None,
         partition: str | None = None,
         attributes: Mapping[str, str] | None = None,
+        priority: int = 0,
     ) -> str:
         """Add one message whose payload is a file's bytes (a path, or a readable binary file
         object, read from its current position to its end) and return its id.
@@ -125,7 +136,9 @@ class Queue:
         ``max_message_bytes``. Arguments as for `enqueue`; with an ``id`` already enqueued,
         nothing is uploaded.
         """
-        keys, delay_ms, attrs = check_message(self.keys, id, delay, group, partition, attributes)
+        keys, delay_ms, attrs = check_message(
+            self.keys, id, delay, group, partition, attributes, priority
+        )
         if isinstance(source, str | os.PathLike):
             if os.stat(source).st_size > self._inline_limit:
                 return self._enqueue_payload(keys, source, id, delay_ms, group, attrs)
@@ -202,20 +215,21 @@ class Queue:
         delay: Delay = 0,
         partition: str | None = None,
         attributes: Mapping[str, str] | None = None,
+        priority: int = 0,
     ) -> list[str]:
         """Add many messages, into ``partition`` (None: the default one) unless an item says
         otherwise; their ids, in the order given.
 
         Each item is a body, or a `batch.Item` (``s3queue.Item``) with its own ``id``,
-        ``group``, ``partition`` and ``attributes`` (merged over ``attributes=``). Plain ones
-        are packed into as few objects as possible (one PUT per 4 MiB, one partition per
-        object); one with an id or a group is an object of its own, as `enqueue` writes it.
-        Every item is checked before the first PUT: one bad item writes nothing. A PUT that
-        fails stops the batch with `EnqueueIncomplete`, which says
-        which messages are durable and which items to send again (see `batch`).
+        ``group``, ``partition``, ``priority`` and ``attributes`` (merged over
+        ``attributes=``). Plain ones are packed into as few objects as possible (one PUT per
+        4 MiB, one partition and priority per object); one with an id or a group is an object
+        of its own, as `enqueue` writes it. Every item is checked before the first PUT: one
+        bad item writes nothing. A PUT that fails stops the batch with `EnqueueIncomplete`,
+        which says which messages are durable and which items to send again (see `batch`).
         """
         delay_ms = delay_ms_of(delay)
-        check_partition(partition)
+        lane_of(partition, priority, None)
         attrs = check_attributes(attributes)
         batch.check_items(items)
         now = self.clock.now_ms()
@@ -227,6 +241,7 @@ class Queue:
             attributes=attrs,
             check_group=check_group,
             partition=partition,
+            priority=priority,
         )
         batch.send(self.writer, self.keys, writes, now)
         return ids
