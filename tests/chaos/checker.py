@@ -28,6 +28,7 @@ Invariants (the ``invariant`` name of a `Violation`):
     fifo                    a group ran out of enqueue order, or had two messages in flight at once
     partition               a handler saw another partition than its message was enqueued into
     paused_dispatch         a ticket published by a tick that read the queue paused (flow.py)
+    rate_limit              a second saw more handler starts than the queue's rate_limit
 """
 
 from __future__ import annotations
@@ -55,6 +56,7 @@ def check(entries: list[Entry], final: FinalState, expect: Expect) -> Report:
     _check_dead_letters(t, final, expect, report)
     fifo.check(t, report)
     flow.check_pauses(entries, report)
+    flow.check_rate(entries, expect.rate_limit, expect.skew_ms, report)
     for e in t.wrong_partitions:
         report.add("partition", str(e["id"]), f"sent to {e['sent']!r}, ran as {e['got']!r}")
     _count(t, final, report)

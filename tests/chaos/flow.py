@@ -65,6 +65,24 @@ def _switch(world: World, actor: Actor, role: Role, flip: Callable[[], None], wh
             actor.sleep(SWITCH_RETRY_S)
 
 
+def check_rate(entries: list[Entry], limit: int, skew_ms: int, report: Report) -> None:
+    """Invariant ``rate_limit``: no second (a window of `dispatching.limits`) saw more handler
+    starts than the limit. Judged by each start as its worker records it
+    (``handler_start``, on the reference clock); with skewed clocks a start may be recorded
+    in a neighbour's second, so runs with skew are not judged (the workers keep the windows by
+    their own clocks)."""
+    if not limit or skew_ms:
+        return
+    per_second: dict[int, int] = {}
+    for e in entries:
+        if e.kind == "handler_start":
+            second = e.true_ms // 1000
+            per_second[second] = per_second.get(second, 0) + 1
+    for second, starts in sorted(per_second.items()):
+        if starts > limit:
+            report.add("rate_limit", f"second {second}", f"{starts} handler starts > {limit}")
+
+
 def check_pauses(entries: list[Entry], report: Report) -> None:
     """Invariant ``paused_dispatch`` (module docstring); a run the operator never paused has
     nothing to check (hand-made histories have no reads of the controls)."""

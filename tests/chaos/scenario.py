@@ -146,6 +146,7 @@ def expectation(config: Config, expected: workload.Expected, *, drained: bool) -
         maybe_dead=frozenset(expected.maybe_dead),
         skew_ms=config.skew_ms,
         drained=drained,
+        rate_limit=s.rate_limit,
     )
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import functools
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +24,7 @@ import pytest
 from s3queue.contract.settings import CoordinatorSettings, QueueSettings
 from s3queue.local.seaweed import EmbeddedS3
 
-from chaos.configs import Config, real_time
+from chaos.configs import SETTINGS, Config, real_time
 from chaos.process import Hazards
 from chaos.rig import Bench
 from chaos.scenario import Result, run_cluster, run_sim
@@ -47,6 +48,11 @@ FAMILIES: dict[str, dict[str, Any]] = {
     "invocations-duplicated-and-lost": {"invoke_duplicate": 0.2, "invoke_lose": 0.1},
     "two-coordinators": {"coordinators": 2, "worker_hazards": WORKER_CRASHES},
     "lambda-timeouts-and-slow-handlers": {"mix": Mix(killer=0.05, slow=0.05)},
+    "rate-limited": {
+        "settings": replace(SETTINGS, rate_limit=3),
+        "worker_hazards": WORKER_CRASHES,
+        "faults": {"lost_response": 0.02, "error_before": 0.01},
+    },
     "everything": {
         "faults": {"error_before": 0.01, "error_after": 0.005, "lost_response": 0.01},
         "worker_hazards": Hazards(crash_rate=0.01, freeze_rate=0.005, freeze_s=(5, 60)),
@@ -57,7 +63,15 @@ FAMILIES: dict[str, dict[str, Any]] = {
     },
 }
 SEEDS = (1, 2, 3)
-KNOWN: dict[tuple[str, int], str] = {}
+KNOWN: dict[tuple[str, int], str] = {
+    ("rate-limited", 2): (
+        "rate limits, liveness (not safety): a ticket that no worker claims within its "
+        "one-second permit window is released and dispatched again; under crashes, Lambda "
+        "killers and slow handlers a FIFO group's head cycles so for the whole run (its attempt "
+        "counted by expiries of claims that never started it) and the run does not drain. No "
+        "limit is exceeded and nothing is lost; the fix is a permit taken at claim time"
+    ),
+}
 """(family, seed) -> the known core bug that breaks it (each has a minimal test in
 test_core_bugs.py); the run's report names the invariants."""
 KNOWN_FIFO: dict[tuple[str, int], str] = {}

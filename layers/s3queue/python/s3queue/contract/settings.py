@@ -44,6 +44,9 @@ class QueueSettings:
     """Worker Lambda memory in MB (deployment only)."""
     timeout: int = 60
     """Worker Lambda timeout in seconds (deployment only); at least `visibility_timeout`."""
+    rate_limit: int = 0
+    """Handler starts per second for the whole queue, across every worker (0: no limit);
+    enforced by the leader, a window of one second at a time (dispatching/limits.py)."""
     paused: bool = False
     """Dispatch nothing new, as after ``s3queue pause`` (which needs no deployment): a
     deployment's override. Enqueues are accepted; tickets in flight finish."""
@@ -59,6 +62,10 @@ class QueueSettings:
         for name in positive:
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name} must be positive, got {getattr(self, name)!r}")
+        if self.rate_limit < 0:
+            raise ConfigError(f"rate_limit must not be negative, got {self.rate_limit}")
+        if self.rate_limit and self.visibility_timeout < 1:
+            raise ConfigError("a rate-limited queue needs a visibility_timeout of at least 1 s")
         if self.max_retries < 0 or self.backoff_base < 0:
             raise ConfigError("max_retries and backoff_base must not be negative")
         if self.max_batch_size < self.batch_size:

@@ -29,6 +29,7 @@ from s3queue.contract.settings import CoordinatorSettings, QueueSettings
 from s3queue.dispatching import scan, sizing
 from s3queue.dispatching.cursor import Cursors
 from s3queue.dispatching.gate import Gate
+from s3queue.dispatching.limits import RateWindow
 from s3queue.dispatching.probe import probe
 from s3queue.dispatching.publishing import Publisher
 from s3queue.dispatching.reconcile import Invoker, Known, Reconciler
@@ -69,6 +70,8 @@ class TickResult:
     """Visible time of the oldest ready message not in flight, if the tick scanned."""
     paused: bool = False
     """The queue is paused (gate.py): this tick dispatched nothing new and scanned nothing."""
+    rate_limited: int = 0
+    """Ready messages held back by the rate limit this tick (limits.py)."""
 
     @property
     def idle(self) -> bool:
@@ -147,7 +150,9 @@ class Coordinator:
         self.publisher.run_all = run_all
 
     def _fresh(self, epoch: int = 0) -> Memory:
-        return Memory(Cursors(self.keys, self.config), epoch=epoch)
+        limit, skew = self.settings.rate_limit, ms(self.config.skew_tolerance)
+        rate = RateWindow(limit, skew) if limit else None
+        return Memory(Cursors(self.keys, self.config), epoch=epoch, rate=rate)
 
     def tick(self) -> TickResult:
         """Lead if possible, then reconcile tickets and dispatch what is ready."""
@@ -220,12 +225,13 @@ class Coordinator:
         for part in parts:
             part.cursor.delete_done(self.storage)
         candidates = [c for part in parts for c in part.candidates]
-        return self._result(
+        result = self._result(
             reaped,
             dispatched,
             sum(part.plan.waiting for part in parts),
             oldest_ready(candidates, in_flight, now),
         )
+        return replace(result, rate_limited=sum(part.plan.limited for part in parts))
 
     def _inbox_and_partitions(self, now: int) -> dict[str | None, list[scan.Candidate]]:
         """The inbox, and the partition folders when due, listed at once (neither needs the
@@ -302,8 +308,9 @@ class Coordinator:
             self.settings, self.pace, ready=ready, free=capacity, live_grown=grown, queued=queued
         )
         offset = 0
+        budget = None if self.memory.rate is None else self.memory.rate.open(now)[1]
 
-        def plan(part: Part, tickets: int) -> scan.Plan:
+        def plan(part: Part, tickets: int, budget: int | None = budget) -> scan.Plan:
             return scan.Planner(
                 now_ms=now,
                 limit=lambda n: sizes.limit(offset + n),
@@ -311,13 +318,20 @@ class Coordinator:
                 in_flight=in_flight,
                 busy_groups=part.blocked,
                 live_origins=origins,
+                budget=budget,
             ).run(part.candidates)
 
         wanted = [plan(part, capacity) for part in parts]
         priorities = [split_lane(part.partition)[1] for part in parts]
         shares = prioritized_shares([len(w.batches) for w in wanted], priorities, capacity)
         for part, want, share in zip(parts, wanted, shares, strict=True):
-            part.plan = want if share == len(want.batches) and not offset else plan(part, share)
+            if budget is not None:  # the window's budget, to each in turn (highest first)
+                part.plan = plan(part, share, budget)
+                budget = max(budget - part.plan.spent, 0)
+            elif share == len(want.batches) and not offset:
+                part.plan = want
+            else:
+                part.plan = plan(part, share)
             offset += len(part.plan.batches)
             part.cursor.settle_held(part.plan, part.absent, part.stopped)
             if share:
@@ -329,7 +343,16 @@ class Coordinator:
         """Publish the batches (a partition at a time in turn); move each partition's cursor on
         if all its batches went out, else back to where it was before this tick."""
         order = interleaved([part.plan.batches for part in parts])
-        published = self.publisher.publish_all(self.memory, [batch for _, batch in order], now)
+        batches = [batch for _, batch in order]
+        rate = self.memory.rate
+        permits = None
+        if rate is not None and batches:
+            start = rate.open(now)[0]
+            permits = rate.permits([sum(c.count for c in b) for b in batches], start)
+            # Spent before the PUTs: a publication that fails after others went out raises
+            # here, and what went out must count (one that did not is budget lost, not broken).
+            rate.spend(sum(p.starts for p in permits))
+        published = self.publisher.publish_all(self.memory, batches, now, permits)
         done: dict[int, list[int]] = {i: [] for i in range(len(parts))}
         for (i, _), count in zip(order, published, strict=True):
             done[i].append(count)

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from s3queue.errors import MalformedMessage
+from s3queue.protocol.permits import Permit
 from s3queue.protocol.records import FORMAT
 
 OutcomeKind = Literal["done", "retry", "dead", "release", "skip"]
@@ -107,6 +108,8 @@ class Ticket:
     """That message's id (None when the claim recorded the first message before reading it)."""
     outcomes: list[Outcome] = field(default_factory=list)
     history: list[dict[str, Any]] = field(default_factory=list)
+    permit: Permit | None = None
+    """A rate-limited queue's handler starts for this ticket (permits.py); None: no limit."""
 
     def encode(self, token: str) -> bytes:
         doc = {
@@ -128,6 +131,8 @@ class Ticket:
             "outcomes": [o.to_json() for o in self.outcomes],
             "history": self.history,
         }
+        if self.permit is not None:
+            doc["permit"] = self.permit.to_json()
         return json.dumps(doc, separators=(",", ":")).encode()
 
     @classmethod
@@ -150,6 +155,7 @@ class Ticket:
                 running_id=doc.get("running_id"),
                 outcomes=[Outcome.from_json(o) for o in doc.get("outcomes", [])],
                 history=list(doc.get("history", [])),
+                permit=Permit.from_json(doc.get("permit")),
             )
         except (ValueError, KeyError, TypeError) as exc:
             raise MalformedMessage(f"undecodable ticket: {exc}") from exc
