@@ -312,6 +312,27 @@ def _payload(data: Results) -> list[str]:
     return [table(headers, rows), note]
 
 
+def _flow(data: Results) -> list[str]:
+    rows = [
+        (
+            m["mode"],
+            m["messages"],
+            m["per_message"]["total"],
+            m["per_message_by_role"]["enqueue"],
+            m["per_message_by_role"]["coordinator"],
+            m["per_message_by_role"]["worker"],
+            f"${m['usd_per_million']:.2f}",
+        )
+        for m in data["modes"]
+    ]
+    headers = ["mode", "messages", "total/msg", "enqueue", "coordinator", "worker", "$ per million"]
+    note = (
+        "Requests per message with and without flow control (bench/flow.py): a queue that never "
+        "pauses or uses priorities must cost what `plain` costs."
+    )
+    return [table(headers, rows), note]
+
+
 SECTIONS: list[tuple[str, Callable[[Results], list[str]]]] = [
     ("throughput", _throughput),
     ("latency", _latency),
@@ -323,5 +344,6 @@ SECTIONS: list[tuple[str, Callable[[Results], list[str]]]] = [
     ("fairness", _fairness),
     ("payload", _payload),
     ("aws_sim", simreport.section),
+    ("flow", _flow),
 ]
 TITLES = {"aws_sim": "AWS simulation (virtual time; see docs/performance.md)"}

@@ -30,6 +30,7 @@ from bench import (
     coldstart,
     cost,
     fairness,
+    flow,
     idle,
     latency,
     payload,
@@ -56,6 +57,7 @@ SCENARIOS: dict[str, Scenario] = {
     "fairness": fairness.run,
     "payload": payload.run,
     "aws_sim": aws_sim.run,
+    "flow": flow.run,
 }
 WEIGHTS = {
     "throughput": 50,
@@ -68,6 +70,7 @@ WEIGHTS = {
     "fairness": 40,
     "payload": 20,
     "aws_sim": 60,
+    "flow": 25,
 }
 """Rough seconds each scenario takes at default sizes: the progress bar's proportions."""
 

@@ -27,7 +27,7 @@ from bench.target import Target
 def test_scenarios_run_and_the_report_is_written(seaweed: EmbeddedS3, tmp_path: Path) -> None:
     # GIVEN the tiniest plan, one worker count, the scenarios that talk to S3
     plan = replace(SMOKE, workers=(2,))
-    names = ["throughput", "cost", "idle", "scale", "fairness", "payload", "aws_sim"]
+    names = ["throughput", "cost", "idle", "scale", "fairness", "payload", "aws_sim", "flow"]
     # WHEN they run and the report is written
     with Target(server=seaweed) as target:
         scenarios = run_all(target, plan, names)
@@ -49,6 +49,12 @@ def test_scenarios_run_and_the_report_is_written(seaweed: EmbeddedS3, tmp_path: 
     single = scenarios["cost"]["modes"][0]
     assert single["per_message_by_role"]["enqueue"] == 1.0  # one PUT per enqueue
     assert scenarios["idle"]["lambda_idle"]["per_invocation_per_queue"] == 1.0  # one LIST
+    plain, paused = scenarios["flow"]["modes"][:2]  # flow control unused costs nothing more
+    assert plain["requests"] == single["requests"] and plain["mode"] == "plain"
+    assert (
+        paused["requests_by_role"]["coordinator"]["GET"] - 1
+        == (plain["requests_by_role"]["coordinator"]["GET"])
+    )  # a pause and a resume: one GET of the switch, at the first tick
     assert scenarios["scale"]["flat"] is True
     assert scenarios["payload"]["worker"]["bytes_read"] == plan.payload_bytes
     assert "| producer |" in (tmp_path / "results.md").read_text()

@@ -134,6 +134,7 @@ def test_enqueue_stats_and_every_body_form(
         "dead",
         "tickets",
         "oldest_age_s",
+        "paused",
     ]
     assert [row.split()[0] for row in table.splitlines()[1:]] == ["generate_report", "send_email"]
     cli.ok("enqueue", "send_email", '{"to": "t@acme.example"}', "--partition", "acme")
@@ -142,6 +143,33 @@ def test_enqueue_stats_and_every_body_form(
     assert [row[1:4] for row in rows[1:]] == [["(default)", "2", "1"], ["acme", "1", "0"]]
     partitions = json.loads(cli.ok("stats", "send_email", "--json"))["partitions"]
     assert partitions["acme"]["pending"] == 1
+
+
+@pytest.mark.s3
+def test_enqueue_with_a_priority(cli: Cli, shared_s3_client: Any, bucket: str) -> None:
+    cli.ok("enqueue", "send_email", '{"to": "a@example.com"}', "--priority", "9")
+    cli.ok(
+        "enqueue", "send_email", '{"to": "b@example.com"}', "--priority", "2", "--partition", "t7"
+    )
+    listed = shared_s3_client.list_objects_v2(Bucket=bucket, Prefix="s3queue/send_email/parts/")
+    folders = sorted({o["Key"].split("/")[3] for o in listed["Contents"]})
+    assert folders == ["t7~2", "~9"]
+    for bad in (("--priority", "10"), ("--priority", "3", "--group", "g")):
+        code, _, err = cli("enqueue", "send_email", "{}", *bad)
+        assert code == 2 and "priority" in err
+
+
+@pytest.mark.s3
+def test_pause_and_resume_a_queue(cli: Cli) -> None:
+    cli.ok("enqueue", "send_email", '{"to": "ada@example.com"}')
+    assert "paused send_email" in cli.ok("pause", "send_email")
+    stats = json.loads(cli.ok("stats", "send_email", "--json"))
+    assert stats["paused"] is True and stats["held"] == {"paused": 1}
+    assert cli.ok("stats").splitlines()[1].split()[-1] == "True"
+    code, _, err = cli("pause", "no_such_queue")
+    assert code == 2 and "unknown queue 'no_such_queue'" in err
+    assert "resumed send_email" in cli.ok("resume", "send_email")
+    assert json.loads(cli.ok("stats", "send_email", "--json"))["paused"] is False
 
 
 @pytest.mark.s3

@@ -72,7 +72,7 @@ def live_keys(client: Any, bucket: str, queue: str) -> list[str]:
     for segment in ("inbox/", "msg/", "tickets/"):
         listing = client.list_objects_v2(Bucket=bucket, Prefix=f"{PREFIX}/{queue}/{segment}")
         found += [o["Key"] for o in listing.get("Contents", [])]
-    return found
+    return [key for key in found if not key.endswith("/tickets/~controls")]  # switches: no work
 
 
 @pytest.fixture(scope="module")
@@ -253,3 +253,31 @@ def test_the_assets_ran_not_the_checkout(rehearsed: Rehearsed) -> None:
     for function in rehearsed.deployment.functions.values():
         assert Path(function.task_root).is_dir()
         assert "cdk.out" in str(function.task_root)
+
+
+def test_a_paused_queue_waits_through_a_coordinator_run(rehearsed: Rehearsed) -> None:
+    # GIVEN drained queues, then a paused queue with a message in it
+    client, bucket = rehearsed.client, rehearsed.bucket
+    assert not any(live_keys(client, bucket, q) for q in GOOD)
+    queue = Queue("generate_report", bucket=bucket, s3=client)
+    queue.pause()
+    queue.enqueue(GOOD["generate_report"][0])
+    deployment, service = rehearsed.deployment, rehearsed.service
+    coordinator = deployment.by_arn(deployment.schedule_targets[0]).name
+    workers_before = len(worker_lines(rehearsed, "generate_report"))
+    try:
+        # WHEN the schedule starts the coordinator
+        service.invoke(coordinator, scheduled_event())
+        service.join()
+        # THEN the run ended without dispatching it: no worker ran, the message waits
+        assert len(worker_lines(rehearsed, "generate_report")) == workers_before
+        assert [k for k in live_keys(client, bucket, "generate_report") if "/msg/" in k]
+        assert not [k for k in live_keys(client, bucket, "generate_report") if "/tickets/" in k]
+        assert queue.stats()["held"] == {"paused": 1}
+        # WHEN it is resumed, the next run dispatches and handles it
+        queue.resume()
+        service.invoke(coordinator, scheduled_event())
+        service.join()
+        assert live_keys(client, bucket, "generate_report") == []
+    finally:
+        queue.resume()

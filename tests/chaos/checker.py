@@ -27,13 +27,15 @@ Invariants (the ``invariant`` name of a `Violation`):
     backoff_bounds          a backoff delay outside [0, min(cap, base * 2^(attempt-1))]
     fifo                    a group ran out of enqueue order, or had two messages in flight at once
     partition               a handler saw another partition than its message was enqueued into
+    paused_dispatch         a ticket published by a tick that read the queue paused (flow.py)
+    rate_limit              a second saw more handler starts than the queue's rate_limit
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from chaos import fifo, reruns
+from chaos import fifo, flow, reruns
 from chaos import timeline as tl
 from chaos.history import Entry, FinalState
 from chaos.report import Expect, Redelivery, Report, Violation
@@ -53,6 +55,8 @@ def check(entries: list[Entry], final: FinalState, expect: Expect) -> Report:
     _check_leases(t, expect, report)
     _check_dead_letters(t, final, expect, report)
     fifo.check(t, report)
+    flow.check_pauses(entries, report)
+    flow.check_rate(entries, expect.rate_limit, expect.skew_ms, report)
     for e in t.wrong_partitions:
         report.add("partition", str(e["id"]), f"sent to {e['sent']!r}, ran as {e['got']!r}")
     _count(t, final, report)

@@ -82,6 +82,7 @@ def real_time(config: Config) -> Config:
         heartbeat_thread=True,
         run_s=20.0,
         spread_s=3.0,
+        pause_s=(0.3, 1.0),
         max_s=240.0,
     )
 
@@ -112,6 +113,10 @@ class Config:
     run_s: float = 60.0
     spread_s: float = 30.0
     max_s: float = 3600.0
+    pauses: int = 2
+    """Times an operator pauses the queue while the producer runs (flow.py)."""
+    pause_s: tuple[float, float] = (2.0, 12.0)
+    """How long each pause lasts, drawn uniformly."""
 
     def with_(self, **changes: Any) -> Config:
         return replace(self, **changes)

@@ -161,7 +161,8 @@ def is_tombstone(key: str, size: int) -> bool:
 
 def live_work(storage: Storage, keys: QueueKeys) -> bool:
     """Whether the queue holds a message or a ticket (a few LISTs)."""
-    if storage.list(keys.tickets, limit=1).entries or storage.list(keys.inbox, limit=1).entries:
+    tickets = storage.list(keys.tickets, limit=1).entries  # the first sorts before ~controls
+    if (tickets and tickets[0].key != keys.controls) or storage.list(keys.inbox, limit=1).entries:
         return True
     return any(
         not is_tombstone(e.key, e.size)

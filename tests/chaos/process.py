@@ -127,6 +127,9 @@ class ProcessStorage:
         raise Crash(where)
 
     def get(self, key: str) -> Object | None:
+        if self.history is not None and key.endswith("/controls"):
+            # before the request leaves: what it reads was written before this point (flow.py)
+            self.history.record("controls_read", self.actor)
         result: Object | None = self._call("get", key, lambda: self.inner.get(key))
         return result
 
@@ -179,10 +182,18 @@ class ProcessStorage:
         self._call("put", dest, run)
 
     def list(self, prefix: str, *, start_after: str | None = None, limit: int = 1000) -> Page:
+        # The LIST of tickets shows the controls document (gate.py): recorded before the request
+        # can leave and after its answer came, so the checker knows it read between (flow.py).
+        watched = self.history is not None and prefix.endswith("/tickets/") and not start_after
+        if watched and self.history is not None:
+            self.history.record("controls_read", self.actor)
+
         def run() -> Page:
             return self.inner.list(prefix, start_after=start_after, limit=limit)
 
         result: Page = self._call("list", prefix, run)
+        if watched and self.history is not None:
+            self.history.record("controls_seen", self.actor)
         return result
 
     def list_folders(self, prefix: str) -> tuple[str, ...]:

@@ -24,6 +24,8 @@ class Expect:
     slack_ms: int = 0
     """Measurement slack of the reference clock (0 in a simulation)."""
     drained: bool = True
+    rate_limit: int = 0
+    """The queue's rate_limit: handler starts allowed per second (0: none)."""
 
 
 @dataclass(frozen=True)

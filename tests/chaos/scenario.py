@@ -23,7 +23,7 @@ from s3queue.storage import MemoryStorage
 from s3queue.storage.base import Storage
 from s3queue.storage.s3 import S3Storage
 
-from chaos import actors, checker, workload
+from chaos import actors, checker, flow, workload
 from chaos.cluster import Cluster
 from chaos.configs import NO_HAZARDS, Config
 from chaos.faults import FaultLog, FaultPlan, S3Faults, StorageFaults
@@ -112,6 +112,9 @@ def _spawn(
     for i in range(1, config.workers + 1):
         name = f"w{i}"
         runner.spawn(name, actors.worker_process(world, role(name, config.worker_hazards)))
+    if config.pauses:
+        body = flow.pauser(world, role("pauser"), config.pauses, config.pause_s, config.spread_s)
+        runner.spawn("pauser", body)
     for i in range(1, config.pullers + 1):
         name = f"puller{i}"
         body = actors.worker_process(world, role(name, config.worker_hazards), pull=True)
@@ -143,6 +146,7 @@ def expectation(config: Config, expected: workload.Expected, *, drained: bool) -
         maybe_dead=frozenset(expected.maybe_dead),
         skew_ms=config.skew_ms,
         drained=drained,
+        rate_limit=s.rate_limit,
     )
 
 

@@ -229,7 +229,18 @@ def test_fifo_exempts_only_an_ambiguous_order_and_a_reaped_run() -> None:
 
 Mutation = Callable[[], tuple[Story, FinalState]]
 
+
+def _paused_dispatch() -> Story:
+    """good(), its coordinator having read the controls inside a pause before dispatching."""
+    s = Story().add("pause_done", "pauser").add("controls_read", "c1").add("controls_seen", "c1")
+    for e in good().entries:
+        s.entries.append(Entry(len(s.entries), e.true_ms, e.kind, e.actor, e.fields))
+    return s
+
+
 CASES: dict[str, Mutation] = {
+    "paused_dispatch": lambda: (_paused_dispatch(), final()),
+    "rate_limit": lambda: (good(), final()),
     "lost": lambda: (good().enqueue("x"), final()),
     "stuck": lambda: (good().enqueue("x"), final(pending=[Pending("x", key("x"), 1)])),
     "committed_twice": lambda: (good().commit(9, "w3", ("m", "done")), final()),
@@ -335,7 +346,9 @@ def test_every_invariant_has_a_case() -> None:
 @pytest.mark.parametrize("invariant", sorted(CASES))
 def test_a_broken_history_is_flagged(invariant: str) -> None:
     story, state = CASES[invariant]()
-    report = check(story.entries, state, EXPECT)
+    # good() starts its handlers within one second: over a limit of 1
+    expect = dataclasses.replace(EXPECT, rate_limit=1) if invariant == "rate_limit" else EXPECT
+    report = check(story.entries, state, expect)
     assert invariant in report.invariants(), report.summary() or "no violation found"
 
 
@@ -413,3 +426,21 @@ def test_a_bad_object_whose_put_raised_may_be_dead_or_absent() -> None:
     assert check(s.entries, final(dead=[dead_p(), dead]), maybe).ok
     assert check(good().entries, final(), maybe).ok
     assert "dlq_mismatch" in check(s.entries, final(dead=[dead_p(), dead]), EXPECT).invariants()
+
+
+def test_a_dispatch_after_reading_the_queue_paused_is_flagged() -> None:
+    def story(read_inside: bool) -> list[Entry]:
+        s = Story().add("pause_done", "pauser").add("controls_read", "c1")
+        if not read_inside:  # the LIST's answer came after the resume began: it may be either
+            s.add("resume_start", "pauser")
+        s.add("controls_seen", "c1").dispatch(1, "a")
+        return s.entries
+
+    final = FinalState()
+    flagged = check(story(read_inside=True), final, EXPECT).violations
+    assert [v.invariant for v in flagged if v.invariant == "paused_dispatch"] == ["paused_dispatch"]
+    clean = check(story(read_inside=False), final, EXPECT).violations
+    assert not [v for v in clean if v.invariant == "paused_dispatch"]
+    # a process that dispatches without ever reading the controls, in a run with pauses
+    unread = Story().add("pause_done", "pauser").add("resume_start", "pauser").dispatch(1, "a")
+    assert "paused_dispatch" in check(unread.entries, final, EXPECT).invariants()

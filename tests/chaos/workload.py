@@ -59,6 +59,9 @@ class Mix:
     """Share of messages sent with `enqueue_many`, in packs of 2-12."""
     partitions: tuple[str | None, ...] = (None, "p1", "p2")
     """The partitions messages are sent into, one drawn at random for each."""
+    prioritized: float = 0.2
+    """Share of ungrouped messages sent with a priority (3 or 9: few lanes, so a lane's
+    backlog still grows its tickets)."""
     malformed: bool = True
     ok_ms: tuple[int, int] = (10, 400)
 
@@ -78,12 +81,14 @@ class Spec:
     body: dict[str, Any]
     group: str | None = None
     partition: str | None = None
+    priority: int = 0
 
 
 def plan(count: int, mix: Mix, settings: QueueSettings, seed: int) -> list[Spec]:
     """`count` message specs, reproducibly."""
     rng = random.Random(f"{seed}:workload")
     spread = random.Random(f"{seed}:partitions")
+    ranks = random.Random(f"{seed}:priorities")  # its own stream: the rest of the plan as before
     groups = max(3, round(count * mix.grouped / max(mix.group_size, 1)))
     specs = []
     for n in range(count):
@@ -105,7 +110,9 @@ def plan(count: int, mix: Mix, settings: QueueSettings, seed: int) -> list[Spec]
         if group is None:
             partition = spread.choice(mix.partitions)
         body["p"] = partition
-        specs.append(Spec(n, kind, body, group, partition))
+        ranked = group is None and ranks.random() < mix.prioritized
+        priority = ranks.choice((3, 9)) if ranked else 0
+        specs.append(Spec(n, kind, body, group, partition, priority))
     return specs
 
 
@@ -130,15 +137,18 @@ class Producer:
         """One batch: packed if the mix says so and it can be, else one enqueue each."""
         plain = [s for s in specs if s.kind != "dedup" and s.group is None]
         if len(plain) > 1 and self.rng.random() < mix.packed:
-            for partition in dict.fromkeys(s.partition for s in plain):
-                self._many([s for s in plain if s.partition == partition])
+            for lane in dict.fromkeys((s.partition, s.priority) for s in plain):
+                self._many([s for s in plain if (s.partition, s.priority) == lane])
             specs = [s for s in specs if s not in plain]
         for spec in specs:
             self._one(spec)
 
     def _many(self, specs: list[Spec]) -> None:
         try:
-            ids = self.queue.enqueue_many([s.body for s in specs], partition=specs[0].partition)
+            first = specs[0]
+            ids = self.queue.enqueue_many(
+                [s.body for s in specs], partition=first.partition, priority=first.priority
+            )
         except S3QueueError as exc:
             self.history.record(
                 "enqueue_failed", "producer", ns=[s.n for s in specs], error=str(exc)
@@ -153,7 +163,11 @@ class Producer:
         for _ in range(2 if explicit else 1):  # a dedup message is sent twice
             try:
                 message_id = self.queue.enqueue(
-                    spec.body, id=explicit, group=spec.group, partition=spec.partition
+                    spec.body,
+                    id=explicit,
+                    group=spec.group,
+                    partition=spec.partition,
+                    priority=spec.priority,
                 )
             except S3QueueError as exc:
                 self.history.record("enqueue_failed", "producer", ns=[spec.n], error=str(exc))
@@ -185,6 +199,8 @@ class Producer:
             objects += [
                 ("inbox/p1/bad.json", b'{"unterminated": ', False),
                 ("parts/p2/foreign name.txt", b"hello from a partition", False),
+                ("inbox/~7/binary.bin", bytes(range(256)), False),  # a plain PUT, priority 7
+                ("inbox/p1~3/bad.json", b'{"unterminated": ', False),
             ]
         for name, body, dead in objects:
             message_id = foreign_id(name)

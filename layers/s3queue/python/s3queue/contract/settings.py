@@ -44,6 +44,12 @@ class QueueSettings:
     """Worker Lambda memory in MB (deployment only)."""
     timeout: int = 60
     """Worker Lambda timeout in seconds (deployment only); at least `visibility_timeout`."""
+    rate_limit: int = 0
+    """Handler starts per second for the whole queue, across every worker (0: no limit);
+    enforced by the leader, a window of one second at a time (dispatching/limits.py)."""
+    paused: bool = False
+    """Dispatch nothing new, as after ``s3queue pause`` (which needs no deployment): a
+    deployment's override. Enqueues are accepted; tickets in flight finish."""
 
     def __post_init__(self) -> None:
         positive = (
@@ -56,6 +62,10 @@ class QueueSettings:
         for name in positive:
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name} must be positive, got {getattr(self, name)!r}")
+        if self.rate_limit < 0:
+            raise ConfigError(f"rate_limit must not be negative, got {self.rate_limit}")
+        if self.rate_limit and self.visibility_timeout < 1:
+            raise ConfigError("a rate-limited queue needs a visibility_timeout of at least 1 s")
         if self.max_retries < 0 or self.backoff_base < 0:
             raise ConfigError("max_retries and backoff_base must not be negative")
         if self.max_batch_size < self.batch_size:
@@ -78,6 +88,11 @@ class QueueSettings:
             raise ConfigError(f"unknown settings {unknown}; known: {sorted(known)}")
         converted: dict[str, Any] = {}
         for name, value in values.items():
+            if known[name].type == "bool":
+                if not isinstance(value, bool):
+                    raise ConfigError(f"setting {name} must be true or false, got {value!r}")
+                converted[name] = value
+                continue
             kind = float if known[name].type == "float" else int
             if isinstance(value, bool) or not isinstance(value, int | float):
                 raise ConfigError(f"setting {name} must be a number, got {value!r}")

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 
 from s3queue.common.clock import Clock, SystemClock, ms
@@ -28,6 +28,8 @@ from s3queue.common.events import Emitter, Listener
 from s3queue.contract.settings import CoordinatorSettings, QueueSettings
 from s3queue.dispatching import scan, sizing
 from s3queue.dispatching.cursor import Cursors
+from s3queue.dispatching.gate import Gate
+from s3queue.dispatching.limits import RateWindow
 from s3queue.dispatching.probe import probe
 from s3queue.dispatching.publishing import Publisher
 from s3queue.dispatching.reconcile import Invoker, Known, Reconciler
@@ -36,14 +38,15 @@ from s3queue.dispatching.view import (
     Memory,
     Part,
     busy_groups,
+    by_priority,
     count_refs,
     dispatchable,
-    fair_shares,
     interleaved,
     oldest_ready,
+    prioritized_shares,
     queued,
 )
-from s3queue.protocol.keys import PARTITION, QueueKeys, check_queue_name
+from s3queue.protocol.keys import QueueKeys, check_queue_name, is_folder_name, split_lane
 from s3queue.protocol.lease import LeaderLease
 from s3queue.protocol.tickets import Ticket
 from s3queue.storage.base import Entry, Storage, iter_keys
@@ -65,6 +68,10 @@ class TickResult:
     """Messages in live tickets (a packed object counts all its messages)."""
     oldest_ready_ms: int | None = None
     """Visible time of the oldest ready message not in flight, if the tick scanned."""
+    paused: bool = False
+    """The queue is paused (gate.py): this tick dispatched nothing new and scanned nothing."""
+    rate_limited: int = 0
+    """Ready messages held back by the rate limit this tick (limits.py)."""
 
     @property
     def idle(self) -> bool:
@@ -127,6 +134,8 @@ class Coordinator:
             run_all or Threads(self.config.publish_concurrency, "s3queue-publish"),
             self.emit,
         )
+        self.gate = Gate(storage, self.keys, self.settings)
+        """Flow control: whether this tick may dispatch (gate.py)."""
         self.memory = self._fresh()
 
     @property
@@ -141,7 +150,9 @@ class Coordinator:
         self.publisher.run_all = run_all
 
     def _fresh(self, epoch: int = 0) -> Memory:
-        return Memory(Cursors(self.keys, self.config), epoch=epoch)
+        limit, skew = self.settings.rate_limit, ms(self.config.skew_tolerance)
+        rate = RateWindow(limit, skew) if limit else None
+        return Memory(Cursors(self.keys, self.config), epoch=epoch, rate=rate)
 
     def tick(self) -> TickResult:
         """Lead if possible, then reconcile tickets and dispatch what is ready."""
@@ -162,6 +173,7 @@ class Coordinator:
         known = self.memory.known
         before = dict(known)
         reaped = reconciler.reconcile(listed, known, self.memory.cursors)
+        self.gate.observe(listed)
         now = self.clock.now_ms()
         for key in before.keys() - known.keys():
             refs = self.memory.parsed.get(key) or self._refs(before[key].ticket)
@@ -191,6 +203,8 @@ class Coordinator:
         capacity = self.settings.max_in_flight_tickets - len(memory.known)
         if capacity <= 0:
             return self._result(reaped)
+        if self.gate.paused:
+            return replace(self._result(reaped), paused=True)
         live = [r for refs in self._ticket_refs().values() for r in refs]
         in_flight = {r.key for r in live}
         inbox = self._inbox_and_partitions(now)
@@ -211,12 +225,13 @@ class Coordinator:
         for part in parts:
             part.cursor.delete_done(self.storage)
         candidates = [c for part in parts for c in part.candidates]
-        return self._result(
+        result = self._result(
             reaped,
             dispatched,
             sum(part.plan.waiting for part in parts),
             oldest_ready(candidates, in_flight, now),
         )
+        return replace(result, rate_limited=sum(part.plan.limited for part in parts))
 
     def _inbox_and_partitions(self, now: int) -> dict[str | None, list[scan.Candidate]]:
         """The inbox, and the partition folders when due, listed at once (neither needs the
@@ -229,7 +244,7 @@ class Coordinator:
             self.run_all, [self._inbox, partial(self.storage.list_folders, self.keys.parts)]
         )
         named = [folder[len(self.keys.parts) : -1] for folder in folders]
-        memory.partitions = [None, *(p for p in named if PARTITION.fullmatch(p))]
+        memory.partitions = [None, *(p for p in named if is_folder_name(p))]
         memory.discovered_ms = now
         return inbox  # type: ignore[no-any-return]
 
@@ -237,19 +252,20 @@ class Coordinator:
         """The inbox's first page (listed once a tick, from its start), by partition."""
         found: dict[str | None, list[scan.Candidate]] = {}
         for entry in self.storage.list(self.keys.inbox).entries:
-            partition = self.keys.partition_of(entry.key)
-            found.setdefault(partition, []).append(scan.inbox_candidate(entry))
+            lane = self.keys.lane_of(entry.key)
+            found.setdefault(lane, []).append(scan.inbox_candidate(entry))
         return found
 
     def _round(self, inbox: dict[str | None, list[scan.Candidate]]) -> list[str | None]:
         """The partitions this tick reads, starting at this tick's turn: every partition found
         in ``parts/`` (listed every `discover_interval`) or the inbox, and the default one;
-        at most `partitions_per_tick` of them, the next ones first at the next tick."""
+        at most `partitions_per_tick` of them, the next ones first at the next tick. Priority
+        lanes come first, the highest first (`by_priority`)."""
         memory = self.memory
         known = set(memory.partitions)
         everyone = memory.partitions + sorted(p for p in inbox if p not in known and p)
         start = everyone.index(memory.served) + 1 if memory.served in everyone else 0
-        rotated = everyone[start:] + everyone[:start]
+        rotated = by_priority(everyone[start:] + everyone[:start])
         return rotated[: max(1, self.config.partitions_per_tick)]
 
     def _read(
@@ -292,8 +308,9 @@ class Coordinator:
             self.settings, self.pace, ready=ready, free=capacity, live_grown=grown, queued=queued
         )
         offset = 0
+        budget = None if self.memory.rate is None else self.memory.rate.open(now)[1]
 
-        def plan(part: Part, tickets: int) -> scan.Plan:
+        def plan(part: Part, tickets: int, budget: int | None = budget) -> scan.Plan:
             return scan.Planner(
                 now_ms=now,
                 limit=lambda n: sizes.limit(offset + n),
@@ -301,12 +318,20 @@ class Coordinator:
                 in_flight=in_flight,
                 busy_groups=part.blocked,
                 live_origins=origins,
+                budget=budget,
             ).run(part.candidates)
 
         wanted = [plan(part, capacity) for part in parts]
-        shares = fair_shares([len(w.batches) for w in wanted], capacity)
+        priorities = [split_lane(part.partition)[1] for part in parts]
+        shares = prioritized_shares([len(w.batches) for w in wanted], priorities, capacity)
         for part, want, share in zip(parts, wanted, shares, strict=True):
-            part.plan = want if share == len(want.batches) and not offset else plan(part, share)
+            if budget is not None:  # the window's budget, to each in turn (highest first)
+                part.plan = plan(part, share, budget)
+                budget = max(budget - part.plan.spent, 0)
+            elif share == len(want.batches) and not offset:
+                part.plan = want
+            else:
+                part.plan = plan(part, share)
             offset += len(part.plan.batches)
             part.cursor.settle_held(part.plan, part.absent, part.stopped)
             if share:
@@ -318,7 +343,16 @@ class Coordinator:
         """Publish the batches (a partition at a time in turn); move each partition's cursor on
         if all its batches went out, else back to where it was before this tick."""
         order = interleaved([part.plan.batches for part in parts])
-        published = self.publisher.publish_all(self.memory, [batch for _, batch in order], now)
+        batches = [batch for _, batch in order]
+        rate = self.memory.rate
+        permits = None
+        if rate is not None and batches:
+            start = rate.open(now)[0]
+            permits = rate.permits([sum(c.count for c in b) for b in batches], start)
+            # Spent before the PUTs: a publication that fails after others went out raises
+            # here, and what went out must count (one that did not is budget lost, not broken).
+            rate.spend(sum(p.starts for p in permits))
+        published = self.publisher.publish_all(self.memory, batches, now, permits)
         done: dict[int, list[int]] = {i: [] for i in range(len(parts))}
         for (i, _), count in zip(order, published, strict=True):
             done[i].append(count)

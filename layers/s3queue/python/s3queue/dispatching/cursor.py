@@ -238,7 +238,7 @@ class Cursors:
         """A ticket is gone: each partition's cursor rewinds for its own messages."""
         by_partition: dict[str | None, list[str]] = {}
         for key in ref_keys:
-            by_partition.setdefault(self.keys.partition_of(key), []).append(key)
+            by_partition.setdefault(self.keys.lane_of(key), []).append(key)
         for partition, keys in by_partition.items():
             cursor = self.of(partition)
             cursor.finished(msg_keys(cursor.keys, keys))

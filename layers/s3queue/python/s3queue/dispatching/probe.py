@@ -43,6 +43,8 @@ def probe(storage: Storage, keys: QueueKeys, clock: Clock) -> bool:
 
 
 def _is_work(keys: QueueKeys, entry: Entry, now: int) -> bool:
+    if entry.key == keys.controls:
+        return False  # an operator's switches (controls.py), not work
     if entry.key.startswith((keys.inbox, keys.tickets)):
         return True
     owning = keys.owning(entry.key)

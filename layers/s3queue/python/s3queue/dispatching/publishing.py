@@ -20,6 +20,7 @@ from s3queue.dispatching.view import Memory
 from s3queue.errors import Conflict, Consumed
 from s3queue.protocol.keys import QueueKeys
 from s3queue.protocol.lease import LeaderLease
+from s3queue.protocol.permits import Permit
 from s3queue.protocol.tickets import Ref, Ticket
 from s3queue.storage.base import Storage, new_token
 
@@ -40,7 +41,11 @@ class Publisher:
     emit: Emitter
 
     def publish_all(
-        self, memory: Memory, batches: list[list[scan.Candidate]], now: int
+        self,
+        memory: Memory,
+        batches: list[list[scan.Candidate]],
+        now: int,
+        permits: list[Permit] | None = None,
     ) -> list[int]:
         """Each batch's message count once published (0: not published).
 
@@ -50,10 +55,14 @@ class Publisher:
         seqs), then all are PUT and invoked at once (`run_all`). A tick returns only once every
         PUT has, so the next block is reserved after every PUT of this one returned (lease.py
         says why that fences). The first error is raised once every publication has returned;
-        what was published is known.
+        what was published is known. `permits`: each batch's, for a rate-limited queue.
         """
+        given = permits if permits is not None else [None] * len(batches)
         if len(batches) < 2 or self.config.publish_concurrency < 2:
-            return [self._publish(memory, batch, now, _next_seq(memory)) for batch in batches]
+            return [
+                self._publish(memory, batch, now, _next_seq(memory), permit=permit)
+                for batch, permit in zip(batches, given, strict=True)
+            ]
         start, end = memory.next_seq, memory.next_seq + len(batches)
         if not self.lease.ensure() or self.lease.epoch != memory.epoch:
             return [0] * len(batches)
@@ -64,8 +73,8 @@ class Publisher:
             memory.reserved = start + block
         memory.next_seq = end
         jobs: list[Callable[[], int]] = [
-            partial(self._publish, memory, batch, now, start + i, checked=True)
-            for i, batch in enumerate(batches)
+            partial(self._publish, memory, batch, now, start + i, checked=True, permit=permit)
+            for i, (batch, permit) in enumerate(zip(batches, given, strict=True))
         ]
         return settled(self.run_all, jobs)
 
@@ -77,6 +86,7 @@ class Publisher:
         seq: int,
         *,
         checked: bool = False,
+        permit: Permit | None = None,
     ) -> int:
         """Create ticket `seq` (If-None-Match) and start a worker on it; its message count.
         Unless `checked` (its block reserved), first make sure we still lead."""
@@ -89,6 +99,7 @@ class Publisher:
             seq,
             [Ref(c.key, c.etag, c.size) for c in batch],
             created_ms=now,
+            permit=permit,
         )
         token = new_token()
         count = sum(c.count for c in batch)

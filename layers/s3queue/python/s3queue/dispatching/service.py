@@ -109,7 +109,7 @@ class Gauges:
     def observe(self, coordinator: Coordinator, result: TickResult) -> None:
         queue, now = coordinator.keys.queue, self.clock.now_ms()
         at_limit = result.live_tickets >= coordinator.settings.max_in_flight_tickets
-        if not (at_limit and result.dispatched == 0):
+        if not result.paused and not (at_limit and result.dispatched == 0):
             oldest = result.oldest_ready_ms
             age = max(now - oldest, 0) / 1000 if oldest is not None else 0.0
             self._scanned[queue] = (result.waiting, age)

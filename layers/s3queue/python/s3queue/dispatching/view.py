@@ -13,8 +13,9 @@ from dataclasses import dataclass, field
 
 from s3queue.dispatching import scan, sizing
 from s3queue.dispatching.cursor import Cursor, Cursors
+from s3queue.dispatching.limits import RateWindow
 from s3queue.dispatching.reconcile import Known
-from s3queue.protocol.keys import MsgKey
+from s3queue.protocol.keys import MsgKey, split_lane
 from s3queue.storage.base import Entry
 
 
@@ -35,6 +36,8 @@ class Memory:
     discovered_ms: int | None = None
     served: str | None = None
     """The partition served last in the last round: the next round starts after it."""
+    rate: RateWindow | None = None
+    """The rate limit's count of this epoch (limits.py); None: the queue has none."""
 
 
 @dataclass(slots=True)
@@ -86,6 +89,25 @@ def fair_shares(wanted: list[int], capacity: int) -> list[int]:
         if not given:
             break
     return shares
+
+
+def prioritized_shares(wanted: list[int], priorities: list[int], capacity: int) -> list[int]:
+    """`fair_shares` one priority at a time, the highest first: a lower priority gets only
+    the slots every higher one left (strict priority); equal ones share fairly, in turn."""
+    shares = [0] * len(wanted)
+    left = capacity
+    for level in sorted(set(priorities), reverse=True):
+        at = [i for i, p in enumerate(priorities) if p == level]
+        given = fair_shares([wanted[i] for i in at], left)
+        for i, share in zip(at, given, strict=True):
+            shares[i] = share
+        left -= sum(given)
+    return shares
+
+
+def by_priority(lanes: list[str | None]) -> list[str | None]:
+    """`lanes` (folder names) with the highest priority first, in their order otherwise."""
+    return sorted(lanes, key=lambda lane: -split_lane(lane)[1])
 
 
 def interleaved(

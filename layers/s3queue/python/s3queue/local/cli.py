@@ -26,7 +26,7 @@ from s3queue.errors import (
     QueueNotFound,
     S3QueueError,
 )
-from s3queue.local import commands, dev, messages
+from s3queue.local import commands, dev, flow_commands, messages
 from s3queue.local.console import UsageError
 from s3queue.local.runtime import LOCAL_COORDINATION
 
@@ -171,6 +171,7 @@ def build_parser() -> argparse.ArgumentParser:
     _queue_commands(add)
     _message_commands(add)
     _ui_commands(add)
+    _flow_commands(add)
     return parser
 
 
@@ -240,6 +241,13 @@ def _queue_commands(add: Add) -> None:
     enqueue.add_argument("--group", help="messages of one group run in order, one at a time")
     enqueue.add_argument(
         "--partition", help="a tenant or client: partitions are served fairly, side by side"
+    )
+    enqueue.add_argument(
+        "--priority",
+        type=int,
+        default=0,
+        metavar="N",
+        help="0 (default) to 9: higher ones start first (not with --group)",
     )
     enqueue.add_argument(
         "--attr",
@@ -364,6 +372,17 @@ def _cmd_ui(args: argparse.Namespace) -> int:
             f"the dashboard needs the ui extra: pip install 's3queue[ui]' ({exc})"
         ) from exc
     return cmd_ui(args)
+
+
+def _flow_commands(add: Add) -> None:
+    queue_help = "the queue's name (its handler module's file name)"
+    for name, command, text in (
+        ("pause", flow_commands.cmd_pause, "dispatch nothing new (enqueues are still accepted)"),
+        ("resume", flow_commands.cmd_resume, "dispatch again after `s3queue pause`"),
+    ):
+        sub = add(name, command, text)
+        sub.add_argument("queue", help=queue_help)
+        sub.add_argument("--handlers", default=dev.DEFAULT_HANDLERS, help="handler modules folder")
 
 
 def _runtime_options(parser: argparse.ArgumentParser) -> None:

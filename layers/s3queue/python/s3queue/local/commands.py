@@ -88,6 +88,7 @@ def cmd_enqueue(args: argparse.Namespace) -> int:
         group=args.group,
         partition=args.partition,
         attributes=attributes,
+        priority=args.priority,
     )
     print(message_id)
     return 0
@@ -109,7 +110,8 @@ def cmd_stats(args: argparse.Namespace) -> int:
         ]
         print_table(heads, table)
         return 0
-    columns = ("queue", "pending", "delayed", "in_flight", "dead", "tickets", "oldest_age_s")
+    columns: tuple[str, ...] = ("queue", "pending", "delayed", "in_flight", "dead", "tickets")
+    columns += ("oldest_age_s", "paused")
     print_table(columns, [[row[c] for c in columns] for row in rows])
     return 0
 

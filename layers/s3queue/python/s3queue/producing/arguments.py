@@ -9,7 +9,13 @@ from datetime import timedelta
 
 from s3queue.errors import InvalidArgument
 from s3queue.protocol.attributes import check_attributes
-from s3queue.protocol.keys import QueueKeys, check_message_id, check_partition
+from s3queue.protocol.keys import (
+    QueueKeys,
+    check_message_id,
+    check_partition,
+    check_priority,
+    lane_name,
+)
 
 MAX_GROUP = 128
 MAX_DELAY = timedelta(days=365)
@@ -26,15 +32,30 @@ def check_message(
     group: str | None,
     partition: str | None,
     attributes: Mapping[str, str] | None,
+    priority: int = 0,
 ) -> tuple[QueueKeys, int, dict[str, str]]:
-    """Every argument of one message checked: its partition's keys (of the queue's `keys`),
-    its delay in ms and its attributes."""
+    """Every argument of one message checked: its folder's keys (of the queue's `keys`: its
+    partition's, or that partition's lane of `priority`), its delay in ms and its attributes."""
     delay_ms = delay_ms_of(delay)
     check_group(group)
     attrs = check_attributes(attributes)
     if id is not None:
         check_message_id(id)
-    return keys.partitioned(check_partition(partition)), delay_ms, attrs
+    return keys.partitioned(lane_of(partition, priority, group)), delay_ms, attrs
+
+
+def lane_of(partition: str | None, priority: int, group: str | None) -> str | None:
+    """The folder of a message of `partition` and `priority` (keys.py: priority lanes).
+
+    A group is one line in enqueue order whatever its messages' priorities, so a grouped
+    message takes no priority: `InvalidArgument` (docs/protocol.md, "Priorities")."""
+    check_partition(partition)
+    if check_priority(priority) and group is not None:
+        raise InvalidArgument(
+            f"priority={priority} with group={group!r}: a group runs in enqueue order, so its "
+            "messages take no priority"
+        )
+    return lane_name(partition, priority)
 
 
 def delay_ms_of(delay: object) -> int:

@@ -25,8 +25,9 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from s3queue.errors import EnqueueIncomplete, InvalidArgument, S3QueueError
+from s3queue.producing.arguments import lane_of
 from s3queue.protocol.attributes import check_attributes
-from s3queue.protocol.keys import MsgKey, QueueKeys, check_message_id, check_partition, new_id
+from s3queue.protocol.keys import MsgKey, QueueKeys, check_message_id, new_id
 from s3queue.protocol.records import Record, record_for
 from s3queue.protocol.writer import Writer
 
@@ -42,8 +43,9 @@ class Item:
 
     ``Item(body, id="order-7", group="acme", attributes={"tenant": "acme"},
     partition="acme")``; attributes are merged over the call's ``attributes=`` (the item's
-    win); ``partition`` (None: the call's ``partition=``) picks the item's partition. A plain
-    body is ``Item(body)``.
+    win); ``partition`` (None: the call's ``partition=``) picks the item's partition, and
+    ``priority`` (None: the call's ``priority=``) its priority, 0-9. A plain body is
+    ``Item(body)``.
     """
 
     body: Any
@@ -51,6 +53,7 @@ class Item:
     group: str | None = None
     attributes: Mapping[str, str] | None = None
     partition: str | None = None
+    priority: int | None = None
 
 
 @dataclass(slots=True)
@@ -74,9 +77,11 @@ def plan(
     attributes: dict[str, str],
     check_group: Callable[[str | None], None],
     partition: str | None = None,
+    priority: int = 0,
 ) -> tuple[list[_Write], list[str]]:
     """Every write of the batch, checked and encoded (`InvalidArgument` before any PUT), and
-    the message ids in the order of `items`. Packs hold one partition's messages each."""
+    the message ids in the order of `items`. Packs hold one folder's messages each (one
+    partition's, of one priority)."""
     packable: dict[str | None, list[tuple[Any, Record]]] = {}
     writes: list[_Write] = []
     seen_ids: set[str] = set()
@@ -85,7 +90,11 @@ def plan(
         item = given if isinstance(given, Item) else Item(given)
         record = _record(item, now, attributes, check_group, seen_ids)
         ids.append(record.id)
-        home = check_partition(item.partition) if item.partition is not None else partition
+        home = lane_of(
+            item.partition if item.partition is not None else partition,
+            item.priority if item.priority is not None else priority,
+            item.group,
+        )
         if record.dedup or record.group is not None:
             key = writer.key_for(record, delay_ms, now)
             data = writer.encode([record])

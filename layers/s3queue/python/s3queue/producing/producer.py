@@ -18,13 +18,19 @@ from s3queue.operations import admin, messages
 from s3queue.operations.messages import WaitingMessage
 from s3queue.operations.orphans import Orphans, collect_orphans
 from s3queue.producing import batch
-from s3queue.producing.arguments import Delay, check_group, check_message, delay_ms_of
+from s3queue.producing.arguments import (
+    Delay,
+    check_group,
+    check_message,
+    delay_ms_of,
+    lane_of,
+)
 from s3queue.protocol.attributes import check_attributes
+from s3queue.protocol.controls import read_controls, set_paused
 from s3queue.protocol.deadletters import DeadLetter
 from s3queue.protocol.keys import (
     QueueKeys,
     check_message_id,
-    check_partition,
     check_queue_name,
     new_id,
 )
@@ -93,6 +99,7 @@ class Queue:
         group: str | None = None,
         partition: str | None = None,
         attributes: Mapping[str, str] | None = None,
+        priority: int = 0,
     ) -> str:
         """Add one message (one PUT) and return its id.
 
@@ -102,10 +109,14 @@ class Queue:
         order, one at a time. A ``partition`` (a tenant, a client: 1-64 of ``[A-Za-z0-9_.-]``)
         is served fairly beside the others, whatever their backlogs; a group lives inside its
         partition. ``attributes`` (str to str, see `s3queue.protocol.attributes`) reach the
-        handler as ``message.attributes``. A bad argument raises `InvalidArgument` (a bad body
-        `MalformedMessage`) before anything is written.
+        handler as ``message.attributes``. A ``priority`` from 0 (the default) to 9: higher
+        ones start first (strictly, queue-wide; equal ones fairly across partitions); a grouped
+        message takes none (its group runs in enqueue order). A bad argument raises
+        `InvalidArgument` (a bad body `MalformedMessage`) before anything is written.
         """
-        keys, delay_ms, attrs = check_message(self.keys, id, delay, group, partition, attributes)
+        keys, delay_ms, attrs = check_message(
+            self.keys, id, delay, group, partition, attributes, priority
+        )
         return self._enqueue_body(keys, body, id, delay_ms, group, attrs)
 
     def enqueue_file(
@@ -117,6 +128,7 @@ class Queue:
         group: str | None = None,
         partition: str | None = None,
         attributes: Mapping[str, str] | None = None,
+        priority: int = 0,
     ) -> str:
         """Add one message whose payload is a file's bytes (a path, or a readable binary file
         object, read from its current position to its end) and return its id.
@@ -128,7 +140,9 @@ class Queue:
         ``max_message_bytes``. Arguments as for `enqueue`; with an ``id`` already enqueued,
         nothing is uploaded.
         """
-        keys, delay_ms, attrs = check_message(self.keys, id, delay, group, partition, attributes)
+        keys, delay_ms, attrs = check_message(
+            self.keys, id, delay, group, partition, attributes, priority
+        )
         if isinstance(source, str | os.PathLike):
             if os.stat(source).st_size > self._inline_limit:
                 return self._enqueue_payload(keys, source, id, delay_ms, group, attrs)
@@ -205,20 +219,21 @@ class Queue:
         delay: Delay = 0,
         partition: str | None = None,
         attributes: Mapping[str, str] | None = None,
+        priority: int = 0,
     ) -> list[str]:
         """Add many messages, into ``partition`` (None: the default one) unless an item says
         otherwise; their ids, in the order given.
 
         Each item is a body, or a `batch.Item` (``s3queue.Item``) with its own ``id``,
-        ``group``, ``partition`` and ``attributes`` (merged over ``attributes=``). Plain ones
-        are packed into as few objects as possible (one PUT per 4 MiB, one partition per
-        object); one with an id or a group is an object of its own, as `enqueue` writes it.
-        Every item is checked before the first PUT: one bad item writes nothing. A PUT that
-        fails stops the batch with `EnqueueIncomplete`, which says
-        which messages are durable and which items to send again (see `batch`).
+        ``group``, ``partition``, ``priority`` and ``attributes`` (merged over
+        ``attributes=``). Plain ones are packed into as few objects as possible (one PUT per
+        4 MiB, one partition and priority per object); one with an id or a group is an object
+        of its own, as `enqueue` writes it. Every item is checked before the first PUT: one
+        bad item writes nothing. A PUT that fails stops the batch with `EnqueueIncomplete`,
+        which says which messages are durable and which items to send again (see `batch`).
         """
         delay_ms = delay_ms_of(delay)
-        check_partition(partition)
+        lane_of(partition, priority, None)
         attrs = check_attributes(attributes)
         batch.check_items(items)
         now = self.clock.now_ms()
@@ -230,6 +245,7 @@ class Queue:
             attributes=attrs,
             check_group=check_group,
             partition=partition,
+            priority=priority,
         )
         batch.send(self.writer, self.keys, writes, now)
         return ids
@@ -248,8 +264,28 @@ class Queue:
 
         Costs one LIST per 1,000 keys of the queue, and one GET per ticket that changed since
         this object's previous call (all of them the first time): poll one `Queue`, not new ones.
+        ``paused`` (one GET) and ``held``: what dispatch holds back, and why (``{"paused": n}``).
         """
-        return admin.stats(self.storage, self.keys, self.clock.now_ms(), self._tickets)
+        counts = admin.stats(self.storage, self.keys, self.clock.now_ms(), self._tickets)
+        paused = self.paused()
+        counts["paused"] = paused
+        counts["held"] = {"paused": counts["pending"] if paused else 0}
+        return counts
+
+    def pause(self) -> None:
+        """Dispatch nothing new until `resume`: enqueues are still accepted and tickets in flight
+        finish. Stored in the bucket (``<queue>/controls``), so the leading coordinator, on
+        Lambda or in any local process, honours it at its next tick."""
+        set_paused(self.storage, self.keys.controls, True, self.clock.now_ms())
+
+    def resume(self) -> None:
+        """Undo `pause`: the next tick dispatches again (a deployment's ``paused`` setting
+        still holds the queue, and is not seen here)."""
+        set_paused(self.storage, self.keys.controls, False, self.clock.now_ms())
+
+    def paused(self) -> bool:
+        """Is the queue paused by `pause`? One GET."""
+        return read_controls(self.storage, self.keys.controls)[0].paused
 
     def dead_letters(
         self, limit: int | None = 100, *, after: str | None = None

@@ -9,13 +9,23 @@
     <prefix>/<queue>/inbox/<partition>/<name>    ... into a partition
     <prefix>/<queue>/msg/<sort_ms>-<id>[~attr]   messages put by the library
     <prefix>/<queue>/parts/<partition>/<sort_ms>-<id>[~attr]   ... into a partition
+    <prefix>/<queue>/parts/[<partition>]~<priority>/...        ... with a priority of 1-9
     <prefix>/<queue>/tickets/<epoch>-<seq>       tickets
+    <prefix>/<queue>/tickets/~controls           an operator's switches: pause (controls.py)
 
 A *partition* (a tenant, a client) is a folder of its own: ``msg/`` is the default partition's,
 ``parts/<partition>/`` a named one's, with the same names inside. The leader keeps a cursor per
 folder, so a partition's backlog never stands in front of another's messages (coordinator.py).
 A view of the keys for one partition (`QueueKeys.partitioned`) is what the cursor, the planner
 and apply.py work with; `QueueKeys.owning` finds the view of any message key.
+
+A *priority lane* is a folder too: a message of priority N (1-9; 0, the default, is the
+partition's own folder) lives in ``parts/<partition>~N/`` (``parts/~N/`` for the default
+partition), and a plain PUT says it the same way (``inbox/~N/<name>``,
+``inbox/<partition>~N/<name>``). ``~`` is in no partition's name, so a folder's name says both
+(`split_lane`). The leader reads higher lanes first (coordinator.py); everything that works on
+one folder (cursor, planner, copies, tombstones) works on a lane unchanged. `QueueKeys.partition`
+is the folder's name (a lane's included); `QueueKeys.tenant` and `partition_of` the partition.
 
 ``inbox/`` < ``msg/`` < ``parts/`` < ``tickets/`` sort together after everything else, so one
 LIST starting after the ``ids/`` markers sees all live work (the idle probe). A message key's
@@ -36,12 +46,16 @@ import threading
 import time
 from dataclasses import dataclass
 
+from s3queue.errors import InvalidArgument
 from s3queue.errors import InvalidName as InvalidName  # noqa: PLC0414 - re-exported from its old home
 
 QUEUE_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
 MESSAGE_ID = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
 PARTITION = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 """A partition's name: 1-64 of ``[A-Za-z0-9_.-]``, starting alnum (it is a folder's name)."""
+LANE = re.compile(r"^((?:[A-Za-z0-9][A-Za-z0-9_.-]{0,63})?)~([1-9])$")
+"""A priority lane's folder name: ``[<partition>]~<priority>``."""
+MAX_PRIORITY = 9
 _MSG = re.compile(r"^(\d{13})-([A-Za-z0-9_-]{1,160})((?:~[a-z][A-Za-z0-9_-]*)*)$")
 _TICKET = re.compile(r"^(\d{10})-(\d{10})$")
 _CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
@@ -68,6 +82,32 @@ def check_partition(partition: str | None) -> str | None:
             f"invalid partition {partition!r}: use 1-64 of [A-Za-z0-9_.-], starting alnum"
         )
     return partition
+
+
+def check_priority(priority: object) -> int:
+    if isinstance(priority, bool) or not isinstance(priority, int):
+        raise InvalidArgument(f"priority must be an int from 0 to {MAX_PRIORITY}, got {priority!r}")
+    if not 0 <= priority <= MAX_PRIORITY:
+        raise InvalidArgument(f"priority must be from 0 to {MAX_PRIORITY}, got {priority}")
+    return priority
+
+
+def lane_name(partition: str | None, priority: int) -> str | None:
+    """The folder name of `partition`'s messages of `priority` (None: the default folder)."""
+    return f"{partition or ''}~{priority}" if priority else partition
+
+
+def split_lane(name: str | None) -> tuple[str | None, int]:
+    """(partition, priority) of a folder name (`lane_name` undone)."""
+    match = LANE.fullmatch(name) if name is not None else None
+    if match is None:
+        return name, 0
+    return match.group(1) or None, int(match.group(2))
+
+
+def is_folder_name(name: str) -> bool:
+    """A partition's or a priority lane's folder name."""
+    return bool(PARTITION.fullmatch(name) or LANE.fullmatch(name))
 
 
 class _IdGenerator:
@@ -194,7 +234,8 @@ class QueueKeys:
     queue: str
     partition: str | None = None
     """Whose messages `msg` and the message helpers below mean: None is the default
-    partition (``msg/``), else ``parts/<partition>/``. Every other folder is the queue's."""
+    partition (``msg/``), else ``parts/<partition>/`` (a lane's name too: ``acme~9``, ``~9``).
+    Every other folder is the queue's."""
 
     @property
     def root(self) -> str:
@@ -211,23 +252,47 @@ class QueueKeys:
             return self
         return QueueKeys(self.prefix, self.queue, partition)
 
-    def partition_of(self, key: str) -> str | None:
-        """The partition of a full message key: ``parts/<p>/...`` and ``inbox/<p>/<name>``
-        are `p`'s (a valid name, with something after it); everything else is the default's."""
+    @property
+    def tenant(self) -> str | None:
+        """The partition these keys are of (`partition` without its priority)."""
+        return split_lane(self.partition)[0]
+
+    @property
+    def priority(self) -> int:
+        return split_lane(self.partition)[1]
+
+    def prioritized(self, priority: int) -> QueueKeys:
+        """These keys in the lane of `priority` of the same partition."""
+        return self.partitioned(lane_name(self.tenant, priority))
+
+    def lane_of(self, key: str) -> str | None:
+        """The folder of a full message key: ``parts/<f>/...`` and ``inbox/<f>/<name>`` are
+        `f`'s (a partition's or a lane's name, with something after it); else the default's."""
         for folder in (self.parts, self.inbox):
             if key.startswith(folder):
                 name, slash, rest = key[len(folder) :].partition("/")
-                if slash and rest and PARTITION.fullmatch(name):
+                if slash and rest and is_folder_name(name):
                     return name
         return None
 
+    def partition_of(self, key: str) -> str | None:
+        """The partition of a full message key (its lane's, for a message with a priority)."""
+        return split_lane(self.lane_of(key))[0]
+
     def owning(self, key: str) -> QueueKeys:
-        """The view of the partition that a message key (or inbox key) belongs to."""
-        return self.partitioned(self.partition_of(key))
+        """The view of the folder (partition or lane) that a message or inbox key is in."""
+        return self.partitioned(self.lane_of(key))
 
     @property
     def lease(self) -> str:
         return self.root + "coordinator"
+
+    @property
+    def controls(self) -> str:
+        """The operator's switches (`s3queue.protocol.controls`): beside the tickets, after
+        them all (``~`` sorts after digits), so the LIST of tickets that starts every tick
+        shows whether it changed, at no extra request. Never a ticket, nor work."""
+        return self.tickets + "~controls"
 
     @property
     def inbox(self) -> str:

@@ -8,6 +8,7 @@ from typing import Any, Literal
 
 from s3queue.errors import MalformedMessage
 from s3queue.protocol.deadletters import bound_traceback
+from s3queue.protocol.permits import Permit
 from s3queue.protocol.records import FORMAT
 
 TICKET_TRACEBACK_CHARS = 128 * 1024
@@ -119,6 +120,8 @@ class Ticket:
     """That message's id (None when the claim recorded the first message before reading it)."""
     outcomes: list[Outcome] = field(default_factory=list)
     history: list[dict[str, Any]] = field(default_factory=list)
+    permit: Permit | None = None
+    """A rate-limited queue's handler starts for this ticket (permits.py); None: no limit."""
 
     def encode(self, token: str) -> bytes:
         doc = {
@@ -140,6 +143,8 @@ class Ticket:
             "outcomes": [o.to_json() for o in self.outcomes],
             "history": self.history,
         }
+        if self.permit is not None:
+            doc["permit"] = self.permit.to_json()
         return json.dumps(doc, separators=(",", ":")).encode()
 
     @classmethod
@@ -162,6 +167,7 @@ class Ticket:
                 running_id=doc.get("running_id"),
                 outcomes=[Outcome.from_json(o) for o in doc.get("outcomes", [])],
                 history=list(doc.get("history", [])),
+                permit=Permit.from_json(doc.get("permit")),
             )
         except (ValueError, KeyError, TypeError) as exc:
             raise MalformedMessage(f"undecodable ticket: {exc}") from exc

@@ -305,7 +305,7 @@ def _put_dead(
     entry = deadletters.encode(
         record,
         queue=keys.queue,
-        partition=keys.partition,
+        partition=keys.tenant,
         source=source_key,
         dead_ms=outcome.at_ms,
         attempt=attempt,

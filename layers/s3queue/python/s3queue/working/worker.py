@@ -276,6 +276,9 @@ class Worker:
         loaded = claim.loaded
         recorded = {(o.ref, o.id): o.kind for o in claim.ticket.outcomes}
         failed_groups: set[str] = set()
+        permit, started = claim.ticket.permit, 0
+        if permit is not None:  # a rate-limited ticket: not before its window (permits.py)
+            self.clock.sleep(permit.wait_ms(self.clock.now_ms()) / 1000)
         for ref, index, record, error in self._messages(claim, loaded):
             if (ref.key, record.id) in recorded:
                 # Recorded by an earlier delivery's heartbeat: a group whose message failed
@@ -284,6 +287,8 @@ class Worker:
                     failed_groups.add(record.group)
                 continue
             stop = self._stop_reason(guard, remaining_ms)
+            if stop is None and permit is not None:
+                stop = permit.refuses(self.clock.now_ms(), started)
             if stop is not None:
                 self._release(claim, ref, record, stop)
                 continue
@@ -291,6 +296,7 @@ class Worker:
                 self._release(claim, ref, record, "earlier message of its group failed")
                 continue
             self._before_start(claim, ref, index, record)
+            started += 1
             redelivered = claim.ticket.generation > 0
             outcome = self.runner.handle(guard, ref, index, record, error, redelivered)
             if outcome.kind == "retry" and record.group is not None:
