@@ -117,6 +117,25 @@ def test_delete_all_and_purge_need_the_name_typed(client: FlaskClient, h: Harnes
     assert h.queue.dead_letters() == []
 
 
+def test_pause_and_resume_from_the_page(client: FlaskClient, h: Harness) -> None:
+    assert 'class="pause"' in client.get(f"/queues/{QUEUE}").get_data(as_text=True)
+    answer = client.post(f"/queues/{QUEUE}/pause", data={"csrf": token(client)})
+    assert answer.status_code == 303 and h.queue.paused()
+    page = client.get(f"/queues/{QUEUE}").get_data(as_text=True)
+    assert "Paused jobs" in page and 'class="resume"' in page
+    assert 'class="badge paused"' in client.get("/").get_data(as_text=True)
+    # AND a cross-site pause is refused like any other action
+    h.queue.resume()
+    refused = client.post(
+        f"/queues/{QUEUE}/pause", data={}, headers={"Sec-Fetch-Site": "cross-site"}
+    )
+    assert refused.status_code == 403 and not h.queue.paused()
+    client.post(f"/queues/{QUEUE}/pause", data={"csrf": token(client)})
+    client.post(f"/queues/{QUEUE}/resume", data={"csrf": token(client)})
+    assert not h.queue.paused()
+    assert 'class="badge paused"' not in client.get("/").get_data(as_text=True)
+
+
 @pytest.mark.parametrize(
     "headers",
     [

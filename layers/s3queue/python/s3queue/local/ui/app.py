@@ -1,9 +1,8 @@
 """The dashboard's Flask app: the board, the guard, the pages and the actions.
 
 Route modules are Flask blueprints listed in `create_app`; each POST lives in a module of its
-own kind (``actions``: dead letters and purge). Pause and resume (issue 21) slot in the same
-way: a blueprint ``pause`` beside ``actions``, and the templates ``_pause_controls.html`` (queue
-page) and ``_pause_badge.html`` (a queue's row), which the pages already include when present.
+own kind (``actions``: dead letters and purge; ``pause``: pause and resume, with the templates
+``_pause_controls.html`` on a queue's page and ``_pause_badge.html`` in its row).
 """
 
 from __future__ import annotations
@@ -16,7 +15,7 @@ from flask import Flask, render_template
 from werkzeug.exceptions import HTTPException
 
 from s3queue.errors import InvalidArgument, MessageNotFound, QueueNotFound, S3QueueError
-from s3queue.local.ui import actions, views
+from s3queue.local.ui import actions, pause, views
 from s3queue.local.ui.board import Board
 from s3queue.local.ui.guard import install
 
@@ -31,6 +30,7 @@ def create_app(board: Board, *, hosts: frozenset[str] = frozenset()) -> Flask:
     install(app, hosts)
     app.register_blueprint(views.pages)
     app.register_blueprint(actions.posts)
+    app.register_blueprint(pause.posts)
     app.jinja_env.filters.update(when=when, pretty=pretty, rate=rate)
     _errors(app)
     return app
