@@ -11,13 +11,35 @@ from typing import BinaryIO, Protocol
 from s3queue.errors import Conflict, StorageError
 from s3queue.storage.streams import Source
 
-_counter = itertools.count()
-_PROCESS = os.urandom(6).hex()
+
+class _Tokens:
+    """Write tokens: 64 random bits drawn per process, and a counter.
+
+    A forked child must not share its parent's tokens (two processes that both take a won
+    race for their own write would both lead, or both claim): the random part is drawn again
+    in every child, at fork (`os.register_at_fork`), so processes forked after import (gunicorn
+    ``--preload``, Celery prefork, ``multiprocessing``) draw their own. Threads share one
+    counter, whose ``next`` is atomic.
+    """
+
+    def __init__(self) -> None:
+        self.redraw()
+
+    def redraw(self) -> None:
+        self.process = os.urandom(8).hex()
+        self.counter = itertools.count()
+
+    def new(self) -> str:
+        return f"{self.process}-{next(self.counter)}"
+
+
+_tokens = _Tokens()
+os.register_at_fork(after_in_child=_tokens.redraw)
 
 
 def new_token() -> str:
-    """A token unique to one write of this process (random process id + counter)."""
-    return f"{_PROCESS}-{next(_counter)}"
+    """A token unique to one write: across threads, processes (forked ones too) and hosts."""
+    return _tokens.new()
 
 
 @dataclass(frozen=True, slots=True)

@@ -48,10 +48,12 @@ S3 answers) and `streams.py` (the resumable stream).
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import os
 import random
 import time
+import weakref
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, BinaryIO
 
@@ -119,6 +121,9 @@ class S3Storage:
         copy_limit: int = COPY_LIMIT,
     ) -> None:
         self._client = client
+        # A child forked after this storage was used holds its parent's pooled connections: a
+        # request of each on one socket would read the other's response. Drop them in the child.
+        os.register_at_fork(after_in_child=functools.partial(_drop_connections, weakref.ref(self)))
         # Memory of a managed upload from a file object: up to about 2 x threads parts.
         self._transfer = TransferConfig(
             multipart_threshold=part_bytes,
@@ -362,6 +367,16 @@ class S3Storage:
             name, key, lambda: operation(Bucket=self.bucket, **params)
         )
         return result
+
+
+def _drop_connections(ref: weakref.ReferenceType[S3Storage]) -> None:
+    """In a forked child: close the pooled connections the client inherited (the parent keeps
+    its own; new ones are made on the next request)."""
+    storage = ref()
+    session = getattr(getattr(storage and storage._client, "_endpoint", None), "http_session", None)
+    close = getattr(session, "close", None)
+    if close is not None:
+        close()
 
 
 def _user_metadata(response: dict[str, Any]) -> dict[str, str]:
