@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from s3queue.errors import Conflict, MalformedMessage, QueueNotFound
-from s3queue.protocol import deadletters
+from s3queue.protocol import deadletters, markers
 from s3queue.protocol.deadletters import DeadLetter
 from s3queue.protocol.keys import MsgKey, QueueKeys, new_id
 from s3queue.protocol.records import TOMBSTONE, Payload, Record, encode_records
@@ -146,33 +146,58 @@ def dead_letters(
 
 
 def redrive(storage: Storage, keys: QueueKeys, now_ms: int) -> int:
-    """Each dead letter becomes a fresh message (attempt 1, errors kept), then is deleted; its
-    payload goes back to ``blobs/`` (a copy before the message, the delete after)."""
-    moved = 0
-    for entry in list(iter_dead(storage, keys)):
-        obj = None if keys.is_tombstone(entry.key, entry.size) else storage.get(entry.key)
-        if obj is None:
-            continue
-        held = deadletters.decode_record(obj.body)
-        if held is None:
-            continue  # left in place: nothing we could re-enqueue faithfully
-        record, source = held
-        record.attempt = 1
-        kept = record.payload.key if record.payload else None
-        moving = kept is not None and keys.is_dead_payload(kept)
-        if moving and not _payload_back(storage, keys, record, now_ms):
-            continue  # its payload expired first: left to the DLQ's lifecycle rule
-        group = record.group
-        key = MsgKey(now_ms, new_id(now_ms), group) if group else MsgKey(now_ms, new_id(now_ms))
-        home = keys.owning(source)  # back into its partition
-        storage.put(home.msg_key(key), encode_records([record], new_token()), if_none_match=True)
-        # A tombstone, not a delete: a late applier of the commit that wrote this dead letter
-        # cannot create it again (apply.py); the DLQ's lifecycle rule removes it.
-        storage.put(entry.key, TOMBSTONE, if_match=entry.etag)
-        if moving and kept is not None:
-            storage.delete(kept)
-        moved += 1
-    return moved
+    """Every dead letter becomes a fresh message (`redrive_entry`); how many did."""
+    return sum(
+        redrive_entry(storage, keys, entry, now_ms) for entry in list(iter_dead(storage, keys))
+    )
+
+
+def redrive_entry(storage: Storage, keys: QueueKeys, entry: Entry, now_ms: int) -> bool:
+    """One dead letter (a DLQ entry as listed) becomes a fresh message (attempt 1, errors kept),
+    then is tombstoned; its payload goes back to ``blobs/`` (a copy before the message, the
+    delete after). False if there was nothing to redrive: a tombstone, an entry gone or not
+    re-enqueueable, a payload that expired first, or an explicit id another redrive holds.
+
+    An explicit id's marker says "done" since the message died: it is pointed at the new key
+    just before the message is put, so the worker runs it (`markers.may_run`), while a repeated
+    `enqueue(id=)` before the redrive still finds it done and puts nothing. A redrive run again
+    after one that stopped before the tombstone puts the message again and points the marker
+    there: the first one's message is then retired unrun."""
+    obj = None if keys.is_tombstone(entry.key, entry.size) else storage.get(entry.key)
+    held = deadletters.decode_record(obj.body) if obj is not None else None
+    if held is None:
+        return False  # left in place: nothing we could re-enqueue faithfully
+    record, source = held
+    record.attempt = 1
+    kept = record.payload.key if record.payload else None
+    moving = kept is not None and keys.is_dead_payload(kept)
+    if moving and not _payload_back(storage, keys, record, now_ms):
+        return False  # its payload expired first: left to the DLQ's lifecycle rule
+    home = keys.owning(source)  # back into its partition
+    key = home.msg_key(MsgKey(now_ms, new_id(now_ms), record.group))
+    if record.dedup and not _reopen(storage, keys, record.id, key):
+        return False
+    storage.put(key, encode_records([record], new_token()), if_none_match=True)
+    # A tombstone, not a delete: a late applier of the commit that wrote this dead letter
+    # cannot create it again (apply.py); the DLQ's lifecycle rule removes it.
+    storage.put(entry.key, TOMBSTONE, if_match=entry.etag)
+    if moving and kept is not None:
+        storage.delete(kept)
+    return True
+
+
+def _reopen(storage: Storage, keys: QueueKeys, message_id: str, key: str) -> bool:
+    """Point a redriven explicit id's marker at its new key; False if another redrive changed
+    the marker first (that one redrives the message)."""
+    found = markers.read(storage, keys, message_id)
+    try:
+        if found is None:
+            markers.create(storage, keys, message_id, key)
+        else:
+            markers.point(storage, keys, message_id, key, found)
+    except Conflict:
+        return False
+    return True
 
 
 def _payload_back(storage: Storage, keys: QueueKeys, record: Record, now_ms: int) -> bool:

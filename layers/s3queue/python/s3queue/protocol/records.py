@@ -1,6 +1,7 @@
-"""Message records and dedup markers: the stored form of ``msg/`` objects and ``ids/`` markers.
+"""Message records: the stored form of ``msg/`` objects.
 
-Every message record, tombstone and marker is encoded and decoded here and nowhere else.
+Every message record and tombstone is encoded and decoded here and nowhere else (dedup
+markers: markers.py).
 """
 
 from __future__ import annotations
@@ -154,34 +155,6 @@ def foreign_record(
         return Record(foreign_id(name), json.loads(data), modified_ms, attributes=attrs)
     except (ValueError, UnicodeDecodeError):
         return Record(foreign_id(name), data, modified_ms, raw=True, attributes=attrs)
-
-
-@dataclass(frozen=True, slots=True)
-class Marker:
-    """An explicit id's dedup marker (``ids/<id>``): put "pending" with its message's key
-    before the message (producer.py), marked "done" when the message is handled (apply.py)."""
-
-    state: str
-    key: str | None = None
-
-    @property
-    def done(self) -> bool:
-        return self.state == "done"
-
-    def encode(self, token: str) -> bytes:
-        doc: dict[str, Any] = {"v": 1, "token": token, "state": self.state}
-        if self.key is not None:
-            doc["key"] = self.key
-        return json.dumps(doc).encode()
-
-    @classmethod
-    def decode(cls, data: bytes) -> Marker:
-        try:
-            doc = json.loads(data)
-            state, key = doc.get("state"), doc.get("key")
-        except (ValueError, AttributeError) as exc:
-            raise MalformedMessage("undecodable marker") from exc
-        return cls(str(state), key if isinstance(key, str) else None)
 
 
 def to_datetime(ms: int) -> datetime:

@@ -24,13 +24,12 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable
 
-from s3queue.errors import Conflict, MalformedMessage
-from s3queue.protocol import deadletters
+from s3queue.errors import Conflict
+from s3queue.protocol import deadletters, markers
 from s3queue.protocol.keys import MsgKey, QueueKeys, ticket_name
 from s3queue.protocol.payload import kept_name
 from s3queue.protocol.records import (
     TOMBSTONE,
-    Marker,
     Payload,
     Record,
     encode_records,
@@ -204,7 +203,7 @@ def _apply_outcome(
     elif outcome.kind == "dead":
         _put_dead(storage, keys, record, outcome, attempt, ref.key)
     if outcome.kind in ("done", "dead") and record.dedup:
-        _mark_done(storage, keys, record.id)
+        markers.mark_done(storage, keys, record.id)
 
 
 def _put_released(
@@ -267,31 +266,11 @@ def _follow_marker(storage: Storage, keys: QueueKeys, message_id: str, copy_key:
     with that id then finds the copy (its PUT is a no-op), instead of putting the message
     again at its first key, deleted once this copy was made. Conflict: the marker changed
     (done, or moved by an earlier apply of this commit): leave it."""
-    found = read_marker(storage, keys, message_id)
-    if found is None:
+    found = markers.read(storage, keys, message_id)
+    if found is None or found.marker.done or found.marker.key == copy_key:
         return
-    marker, etag = found
-    if marker.done or marker.key == copy_key:
-        return
-    token = new_token()
     with contextlib.suppress(Conflict):
-        storage.put(
-            keys.marker(message_id),
-            Marker("pending", copy_key).encode(token),
-            if_match=etag,
-            token=token,
-        )
-
-
-def read_marker(storage: Storage, keys: QueueKeys, message_id: str) -> tuple[Marker, str] | None:
-    """An explicit id's marker and its ETag; None if there is none or it cannot be read."""
-    obj = storage.get(keys.marker(message_id))
-    if obj is None:
-        return None
-    try:
-        return Marker.decode(obj.body), obj.etag
-    except MalformedMessage:
-        return None
+        markers.point(storage, keys, message_id, copy_key, found)
 
 
 def _put_dead(
@@ -313,11 +292,6 @@ def _put_dead(
         token=new_token(),
     )
     _create(storage, keys.dead(outcome.at_ms, record.id), entry)
-
-
-def _mark_done(storage: Storage, keys: QueueKeys, message_id: str) -> None:
-    token = new_token()
-    storage.put(keys.marker(message_id), Marker("done").encode(token), token=token)
 
 
 def _create(storage: Storage, key: str, body: bytes) -> None:

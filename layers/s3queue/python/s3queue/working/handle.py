@@ -20,12 +20,12 @@ from s3queue.common.events import Emitter
 from s3queue.contract.settings import QueueSettings
 from s3queue.errors import PayloadMissing, PermanentError, StorageError
 from s3queue.message import Message
+from s3queue.protocol import markers
 from s3queue.protocol.keys import QueueKeys
 from s3queue.protocol.payload import open_payload
 from s3queue.protocol.records import Record, to_datetime
 from s3queue.protocol.tickets import Outcome, OutcomeKind, Ref
 from s3queue.storage.base import Storage
-from s3queue.working.apply import read_marker
 
 Handler = Callable[[Message], object]
 
@@ -67,9 +67,12 @@ class Runner:
                 f"expired {expired} of them while it ran)"
             )
             return self.outcome(ref, record, "dead", why, attempt)
-        if record.dedup and self._already_done(record.id):
-            # Put again by a repeated enqueue after it was handled: retire it, run nothing.
-            self.emit("skip", now, message_id=record.id, reason="explicit id already handled")
+        if record.dedup and not markers.may_run(
+            markers.read(self.storage, self.keys, record.id), ref.key
+        ):
+            # Put again by a repeated enqueue after it was handled, or after it moved on to
+            # another key (a retry copy that runs in its place): retire it, run nothing.
+            self.emit("skip", now, message_id=record.id, reason="explicit id handled elsewhere")
             return Outcome(ref.key, record.id, "skip", now, None, 0, attempt)
         try:
             message = self._message(ref, record, attempt, redelivered or record.redelivered)
@@ -147,10 +150,6 @@ class Runner:
             fields["error"] = error
         self.emit("handler_finish", now, delay_ms=delay, **fields)
         return Outcome(ref.key, record.id, kind, now, error, delay, attempt)
-
-    def _already_done(self, message_id: str) -> bool:
-        found = read_marker(self.storage, self.keys, message_id)
-        return found is not None and found[0].done
 
 
 def _describe(exc: BaseException) -> str:
