@@ -116,6 +116,7 @@ def test_repeated_lease_expiry_counts_toward_max_retries() -> None:
     assert [m.attempt for m in handler.seen] == [1, 2, 3]
     [dead] = h.queue.dead_letters()
     assert "delivered 3 times" in dead["reason"] and "expired 3 of them" in dead["reason"]
+    assert dead["attempts"] == 3  # the two counts agree (issue 19, defect 9)
 
 
 def test_two_coordinators_one_leader() -> None:

@@ -293,7 +293,7 @@ def _killed_before_starting() -> Story:
 
 def _dead_k() -> dict[str, Any]:
     why = "delivered 2 times (its handler started each time; the lease expired 2 of them)"
-    return {"id": "k", "attempts": 3, "reason": why, "errors": [{"attempt": 3}]}
+    return {"id": "k", "attempts": 2, "reason": why, "errors": [{"attempt": 2}]}
 
 
 def _early_expiry() -> Story:
@@ -413,3 +413,12 @@ def test_a_bad_object_whose_put_raised_may_be_dead_or_absent() -> None:
     assert check(s.entries, final(dead=[dead_p(), dead]), maybe).ok
     assert check(good().entries, final(), maybe).ok
     assert "dlq_mismatch" in check(s.entries, final(dead=[dead_p(), dead]), EXPECT).invariants()
+
+
+def test_a_delivery_limit_death_whose_two_counts_disagree_is_flagged() -> None:
+    """Issue 19, defect 9: ``attempts`` and "delivered N times" of one dead letter agree."""
+    disagreeing = {**_dead_k(), "attempts": 3}
+    report = check(_killed_before_starting().entries, final(dead=[dead_p(), disagreeing]), EXPECT)
+    assert "retries_not_exact" in report.invariants(), report.summary()
+    agreeing = check(_killed_before_starting().entries, final(dead=[dead_p(), _dead_k()]), EXPECT)
+    assert "retries_not_exact" not in agreeing.invariants()

@@ -66,7 +66,8 @@ class Runner:
                 f"delivered {attempt - 1} times (its handler started each time; the lease "
                 f"expired {expired} of them while it ran)"
             )
-            return self.outcome(ref, record, "dead", why, attempt)
+            # Not started this time: its attempts are the deliveries that did start.
+            return self.outcome(ref, record, "dead", why, attempt - 1)
         if record.dedup and not markers.may_run(
             markers.read(self.storage, self.keys, record.id), ref.key
         ):
