@@ -29,8 +29,8 @@ class AfterGet(MemoryStorage):
     def arm(self, key: str, during: Callable[[], object]) -> None:
         self.key, self.during = key, during
 
-    def get(self, key: str) -> Object | None:
-        found = super().get(key)
+    def get(self, key: str, *, if_match: str | None = None) -> Object | None:
+        found = super().get(key, if_match=if_match)
         if key == self.key:
             self.key = None
             self.during()

@@ -87,8 +87,9 @@ class Page:
 class Storage(Protocol):
     """Atomic single-key operations on one bucket (see the package docstring)."""
 
-    def get(self, key: str) -> Object | None:
-        """The object, or None if it does not exist."""
+    def get(self, key: str, *, if_match: str | None = None) -> Object | None:
+        """The object, or None if it does not exist. With `if_match`, `Conflict` if it is
+        another version (If-Match): a reader of one listed version never reads the next."""
         ...
 
     def head(self, key: str) -> Head | None:
@@ -136,8 +137,12 @@ class Storage(Protocol):
         is gone or another version. No byte passes through this process."""
         ...
 
-    def delete_many(self, keys: Iterable[str]) -> None:
-        """Delete up to 1,000 keys in one request; missing keys are fine."""
+    def delete_many(
+        self, keys: Iterable[str], *, if_match: Mapping[str, str] | None = None
+    ) -> None:
+        """Delete up to 1,000 keys in one request; missing keys are fine. A key `if_match` maps
+        to an ETag is deleted only at that version (the ETag in DeleteObjects): another version
+        is left in place, silently (it is another object to its caller)."""
         ...
 
     def list(self, prefix: str, *, start_after: str | None = None, limit: int = 1000) -> Page:

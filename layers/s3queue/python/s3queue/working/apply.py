@@ -86,7 +86,8 @@ def _untouched(keys: QueueKeys, ticket: Ticket, ref: Ref, outcomes: list[Outcome
 
 
 def _retire(storage: Storage, keys: QueueKeys, ticket: Ticket, sources: list[str]) -> None:
-    """Delete original messages, tombstone copies, delete inbox objects if unchanged."""
+    """Delete original messages and inbox objects if unchanged (the listed ETag), tombstone
+    copies."""
     etags = {r.key: r.etag for r in ticket.refs}
     originals: list[str] = []
     for key in sources:
@@ -103,7 +104,8 @@ def _retire(storage: Storage, keys: QueueKeys, ticket: Ticket, sources: list[str
             with contextlib.suppress(Conflict):
                 storage.delete(key, if_match=etags[key])
     if originals:
-        storage.delete_many(originals)
+        # If-Match: a key another service PUT again since it was listed holds a new message.
+        storage.delete_many(originals, if_match={key: etags[key] for key in originals})
 
 
 def _apply_ref(
