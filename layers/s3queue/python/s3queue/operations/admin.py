@@ -10,11 +10,12 @@ Dead letters are read in the one schema of `s3queue.protocol.deadletters`.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from s3queue.errors import Conflict, MalformedMessage, QueueNotFound
+from s3queue.errors import Conflict, MalformedMessage, QueueNotFound, StorageError
 from s3queue.protocol import deadletters, markers
 from s3queue.protocol.deadletters import DeadLetter
 from s3queue.protocol.keys import MsgKey, QueueKeys, new_id
@@ -154,50 +155,88 @@ def redrive(storage: Storage, keys: QueueKeys, now_ms: int) -> int:
 
 def redrive_entry(storage: Storage, keys: QueueKeys, entry: Entry, now_ms: int) -> bool:
     """One dead letter (a DLQ entry as listed) becomes a fresh message (attempt 1, errors kept),
-    then is tombstoned; its payload goes back to ``blobs/`` (a copy before the message, the
-    delete after). False if there was nothing to redrive: a tombstone, an entry gone or not
-    re-enqueueable, a payload that expired first, or an explicit id another redrive holds.
+    then is tombstoned; its payload goes back to ``blobs/``. False if there was nothing to
+    redrive: a tombstone, an entry gone or not re-enqueueable, a payload that expired first,
+    or a dead letter another redrive holds.
 
-    An explicit id's marker says "done" since the message died: it is pointed at the new key
-    just before the message is put, so the worker runs it (`markers.may_run`), while a repeated
-    `enqueue(id=)` before the redrive still finds it done and puts nothing. A redrive run again
-    after one that stopped before the tombstone puts the message again and points the marker
-    there: the first one's message is then retired unrun."""
+    A redrive is exactly-once however often it is run again after dying midway, and for any
+    message (a generated id too): the redriven message has a marker like an explicit id's, and
+    the dead letter records each step before the next (docs/protocol.md, "Redrive")::
+
+        CAS dead letter: redriving to N    (the claim: a second redrive stops here)
+        marker ids/<id> -> pending N       (a done marker, since the death, is reopened)
+        CAS dead letter: ... pointed
+        PUT N (If-None-Match), tombstone the dead letter, delete its kept payload
+
+    Run again, it goes on from the last step on record. Once the marker was pointed, only a
+    marker still pending at N lets it PUT N: done, or at a retry copy, means N ran already."""
     obj = None if keys.is_tombstone(entry.key, entry.size) else storage.get(entry.key)
     held = deadletters.decode_record(obj.body) if obj is not None else None
-    if held is None:
+    if obj is None or held is None:
         return False  # left in place: nothing we could re-enqueue faithfully
     record, source = held
-    record.attempt = 1
+    record.attempt, record.dedup = 1, True
     kept = record.payload.key if record.payload else None
     moving = kept is not None and keys.is_dead_payload(kept)
-    if moving and not _payload_back(storage, keys, record, now_ms):
-        return False  # its payload expired first: left to the DLQ's lifecycle rule
-    home = keys.owning(source)  # back into its partition
-    key = home.msg_key(MsgKey(now_ms, new_id(now_ms), record.group))
-    if record.dedup and not _reopen(storage, keys, record.id, key):
-        return False
-    storage.put(key, encode_records([record], new_token()), if_none_match=True)
+    state = deadletters.redrive_state(obj.body)
+    etag: str | None = obj.etag
+    if state is None:
+        home = keys.owning(source)  # back into its partition
+        key = home.msg_key(MsgKey(now_ms, new_id(now_ms), record.group))
+        etag = _claim(storage, entry.key, obj.body, obj.etag, key, pointed=False)
+        state = (key, False)
+    key, pointed = state
+    if etag is not None and not pointed:
+        _reopen(storage, keys, record.id, key)
+        etag = _claim(storage, entry.key, obj.body, etag, key, pointed=True)
+        put = True
+    else:
+        found = markers.read(storage, keys, record.id)
+        put = found is None or (not found.marker.done and found.marker.key == key)
+    if etag is None:
+        return False  # another redrive holds it
+    if put:
+        if moving and not _payload_back(storage, keys, record, now_ms):
+            return False  # its payload expired first: left to the DLQ's lifecycle rule
+        # Conflict: the earlier run of this redrive put it.
+        with contextlib.suppress(Conflict):
+            storage.put(key, encode_records([record], new_token()), if_none_match=True)
     # A tombstone, not a delete: a late applier of the commit that wrote this dead letter
     # cannot create it again (apply.py); the DLQ's lifecycle rule removes it.
-    storage.put(entry.key, TOMBSTONE, if_match=entry.etag)
+    storage.put(entry.key, TOMBSTONE, if_match=etag)
     if moving and kept is not None:
         storage.delete(kept)
     return True
 
 
-def _reopen(storage: Storage, keys: QueueKeys, message_id: str, key: str) -> bool:
-    """Point a redriven explicit id's marker at its new key; False if another redrive changed
-    the marker first (that one redrives the message)."""
-    found = markers.read(storage, keys, message_id)
+def _claim(
+    storage: Storage, dead_key: str, body: bytes, etag: str, key: str, *, pointed: bool
+) -> str | None:
+    """Record a redrive's step in its dead letter (CAS); its new ETag, None if it changed."""
+    token = new_token()
+    data = deadletters.redriving(body, key, pointed=pointed, token=token)
     try:
-        if found is None:
-            markers.create(storage, keys, message_id, key)
-        else:
-            markers.point(storage, keys, message_id, key, found)
+        return storage.put(dead_key, data, if_match=etag, token=token)
     except Conflict:
-        return False
-    return True
+        return None
+
+
+def _reopen(storage: Storage, keys: QueueKeys, message_id: str, key: str) -> None:
+    """Point a redriven message's marker at its new key (done since it died, or none for a
+    generated id); a marker that changes meanwhile is read again."""
+    for _ in range(5):
+        found = markers.read(storage, keys, message_id)
+        if found is not None and not found.marker.done and found.marker.key == key:
+            return
+        try:
+            if found is None:
+                markers.create(storage, keys, message_id, key)
+            else:
+                markers.point(storage, keys, message_id, key, found)
+        except Conflict:
+            continue
+        return
+    raise StorageError(f"{keys.marker(message_id)} kept changing: redrive it again")
 
 
 def _payload_back(storage: Storage, keys: QueueKeys, record: Record, now_ms: int) -> bool:
