@@ -99,7 +99,8 @@ def _check_once(
     for message_id, count in terminal.items():
         first = first_run.get(message_id)
         resent = first is not None and reruns.handled_before_acked(t, message_id, first)
-        if count > 1 + resent:  # a resent enqueue is a second message to complete
+        redriven = len(t.redrives.get(message_id, []))  # each a fresh message to complete
+        if count > 1 + resent + redriven:  # a resent enqueue is a second message to complete
             report.add("committed_twice", message_id, f"{count} terminal outcomes committed")
     # Mid-run, an apply in progress holds a message twice (copy written, source not yet gone).
     for message_id, copies in final.pending_ids().items() if expect.drained else ():
@@ -193,9 +194,12 @@ def _check_letter(
     if message_id not in expect.poison and not by_expiry:
         report.add("dlq_mismatch", message_id, f"dead but not expected: {reason}")
         return
-    recorded = [int(e["attempt"]) for e in letter.get("errors", [])]
-    if by_expiry:
-        recorded = recorded[:-1]  # the last error is the delivery limit, not a handler run
+    # The delivery limit's errors are not handler runs (a redriven message may hold several).
+    recorded = [
+        int(e["attempt"])
+        for e in letter.get("errors", [])
+        if not str(e.get("error") or "").startswith("delivered ")
+    ]
     if recorded != [r.attempt for r in failed]:
         report.add(
             "error_history",

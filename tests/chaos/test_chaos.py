@@ -23,7 +23,7 @@ import pytest
 from s3queue.contract.settings import CoordinatorSettings, QueueSettings
 from s3queue.local.seaweed import EmbeddedS3
 
-from chaos.configs import Config, real_time
+from chaos.configs import PRODUCER_HAZARDS, SEAMS_MIX, Config, real_time
 from chaos.process import Hazards
 from chaos.rig import Bench
 from chaos.scenario import Result, run_cluster, run_sim
@@ -47,6 +47,12 @@ FAMILIES: dict[str, dict[str, Any]] = {
     "invocations-duplicated-and-lost": {"invoke_duplicate": 0.2, "invoke_lose": 0.1},
     "two-coordinators": {"coordinators": 2, "worker_hazards": WORKER_CRASHES},
     "lambda-timeouts-and-slow-handlers": {"mix": Mix(killer=0.05, slow=0.05)},
+    "seams": {
+        "mix": SEAMS_MIX,
+        "producer_hazards": PRODUCER_HAZARDS,
+        "faults": {"latency": 0.05},
+        "worker_hazards": WORKER_CRASHES,
+    },
     "everything": {
         "faults": {"error_before": 0.01, "error_after": 0.005, "lost_response": 0.01},
         "worker_hazards": Hazards(crash_rate=0.01, freeze_rate=0.005, freeze_s=(5, 60)),
@@ -136,6 +142,25 @@ def test_every_fault_family_injects_its_faults() -> None:
     everything = family_run("everything", 1)
     assert {"crash_w", "freeze_c", "lost_response", "error_after"} <= set(everything.faults)
     assert everything.report.redeliveries, "crashes and timeouts must cause redeliveries"
+
+
+def test_the_seams_family_takes_its_steps() -> None:
+    """Guards the seams steps (issue 19): explicit ids enqueued again and redriven, messages
+    sent as files and through batching(), a producer killed and frozen mid-enqueue."""
+    result = family_run("seams", 1)
+    kinds = {e.kind for e in result.history}
+    assert {"resend", "redrive", "explicit_id"} <= kinds, kinds
+    assert {"crash_p", "freeze_p"} <= set(result.faults), result.faults
+    assert any(e.get("batched") for e in result.history.of("enqueue"))
+    config = result.config
+    files = {
+        s.n
+        for s in plan(config.messages, config.mix, config.settings, 1)
+        if s.body.get("via") == "file"
+    }
+    assert files and files <= {e["n"] for e in result.history.of("exec")}, "files did not run"
+    ran = {e["id"] for e in result.history.of("exec")}
+    assert ran & {e["id"] for e in result.history.of("redrive")}, "no redriven message ran"
 
 
 def test_a_seed_replays_exactly() -> None:

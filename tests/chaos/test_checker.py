@@ -293,7 +293,7 @@ def _killed_before_starting() -> Story:
 
 def _dead_k() -> dict[str, Any]:
     why = "delivered 2 times (its handler started each time; the lease expired 2 of them)"
-    return {"id": "k", "attempts": 2, "reason": why, "errors": [{"attempt": 2}]}
+    return {"id": "k", "attempts": 2, "reason": why, "errors": [{"attempt": 2, "error": why}]}
 
 
 def _early_expiry() -> Story:
