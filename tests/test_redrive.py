@@ -90,3 +90,46 @@ def test_a_redrive_killed_anywhere_and_run_again_runs_the_message_once(
     assert [(m.id, m.attempt) for m in handler.seen] == [(message_id, 1)]
     assert h.queue.dead_letters() == []
     assert h.keys("msg/") == []
+
+
+class BeforeDeadLetter(MemoryStorage):
+    """MemoryStorage that runs `during` once, just before the first PUT of a dead letter:
+    what others do while that applier is paused there."""
+
+    def __init__(self, clock: FakeClock) -> None:
+        super().__init__(clock)
+        self.during: Any = None
+
+    def put(self, key: str, body: bytes, **kwargs: Any) -> str:
+        during, self.during = self.during, None
+        if during is not None and "/dlq/" in key:
+            during()
+        elif during is not None:
+            self.during = during
+        return super().put(key, body, **kwargs)
+
+
+def test_an_apply_that_wakes_up_after_a_redrive_does_not_end_the_redriven_message() -> None:
+    # GIVEN an explicit id whose handler failed for good: its worker committed, and pauses
+    # just before writing the dead letter
+    clock = FakeClock()
+    storage = BeforeDeadLetter(clock)
+    h = Harness(storage=storage, clock=clock)
+    h.queue.enqueue({"poison": True}, id="order-1")
+    h.tick()
+    [payload] = h.invocations
+
+    def meanwhile() -> None:
+        # a helper applies the committed ticket (dead letter, marker done, source retired)
+        h.new_worker("helper").process(payload, poisoned)
+        assert len(h.queue.dead_letters()) == 1
+        # and the operator redrives it: the marker names the redriven message now
+        assert h.queue.redrive() == 1
+
+    storage.during = meanwhile
+    h.work(poisoned)  # WHEN the paused applier goes on (dead letter: exists; marker: ...)
+    handler = Recorder()
+    h.drain(handler)
+    # THEN the redriven message runs (the late apply left its marker alone)
+    assert [(m.id, m.attempt) for m in handler.seen] == [("order-1", 1)]
+    assert h.kinds("skip") == []

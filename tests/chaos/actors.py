@@ -318,6 +318,7 @@ def _producer_process(
     sender = workload.Producer(queue, world.history, expected, actor.rng)
     if dead is not None:
         sender.explicit, sender.redriving = dead.explicit, dead.redriving
+        sender.versions = dead.versions
     return sender
 
 

@@ -27,6 +27,7 @@ Invariants (the ``invariant`` name of a `Violation`):
     backoff_bounds          a backoff delay outside [0, min(cap, base * 2^(attempt-1))]
     fifo                    a group ran out of enqueue order, or had two messages in flight at once
     partition               a handler saw another partition than its message was enqueued into
+    foreign_version         a version of a foreign key put again ran twice, or its last never ran
 """
 
 from __future__ import annotations
@@ -52,6 +53,7 @@ def check(entries: list[Entry], final: FinalState, expect: Expect) -> Report:
     reruns.check_starts(t, final.dead, expect, report)
     _check_leases(t, expect, report)
     _check_dead_letters(t, final, expect, report)
+    _check_versions(t, expect, report)
     fifo.check(t, report)
     for e in t.wrong_partitions:
         report.add("partition", str(e["id"]), f"sent to {e['sent']!r}, ran as {e['got']!r}")
@@ -97,6 +99,8 @@ def _check_once(
             terminal[message_id] = terminal.get(message_id, 0) + (kind in tl.TERMINAL)
     first_run = {run.id: run.start.seq for run in reversed(t.runs)}
     for message_id, count in terminal.items():
+        if message_id in t.versions:
+            continue  # one terminal outcome per version: `_check_versions`
         first = first_run.get(message_id)
         resent = first is not None and reruns.handled_before_acked(t, message_id, first)
         redriven = len(t.redrives.get(message_id, []))  # each a fresh message to complete
@@ -108,6 +112,28 @@ def _check_once(
         if len(copies) > 1 or message_id in status["dead"] or done:
             where = [p.key for p in copies]
             report.add("duplicated", message_id, f"pending at {where} and completed or dead")
+
+
+def _check_versions(t: Timeline, expect: Expect, report: Report) -> None:
+    """Each version of a key another service PUT again is a message of its own (its `n`): it
+    runs at most once unless a lease on a ticket holding the key expired, and the last version,
+    which nothing overwrote, runs. (An earlier one may never run: overwritten before a worker
+    read it, S3 no longer has it.)"""
+    ran: dict[int, int] = {}
+    for e in t.execs:
+        if e["id"] in t.versions:
+            ran[int(e["n"])] = ran.get(int(e["n"]), 0) + 1
+    failed = {int(n) for e in t.failed_enqueues for n in e.get("ns", [])}
+    for message_id, puts in t.versions.items():
+        expired = any(message_id in t.ticket_ids(ticket) for ticket in t.reaps)
+        for put in puts:
+            if ran.get(int(put["n"]), 0) > 1 and not expired:
+                why = f"version n={put['n']} ran {ran[int(put['n'])]} times with no expiry"
+                report.add("foreign_version", message_id, why)
+        last = int(puts[-1]["n"])
+        later = any(n > last and n // 1000 == last // 1000 for n in failed)  # may have landed
+        if expect.drained and not later and not ran.get(last):
+            report.add("foreign_version", message_id, f"its last version n={last} never ran")
 
 
 def _check_leases(t: Timeline, expect: Expect, report: Report) -> None:

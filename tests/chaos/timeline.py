@@ -98,6 +98,9 @@ class Timeline:
     limit, a dedup marker found done), with the claim its worker held."""
     explicit: set[str] = field(default_factory=set)
     """Explicit ids (``enqueue(id=)``): exactly-once, never excused as a resent PUT."""
+    versions: dict[str, list[Entry]] = field(default_factory=dict)
+    """Message id of a key another service PUT again -> its versions' put_foreign entries (each
+    with its `n`): each version is its own message (`checker._check_versions`)."""
     redrives: dict[str, list[Entry]] = field(default_factory=dict)
     """Message id -> the operator's redrives of it (recorded before each started)."""
     _ids: dict[str, set[str]] = field(default_factory=dict)
@@ -224,6 +227,8 @@ def _enqueue(t: Timeline, e: Entry) -> None:
 
 def _foreign(t: Timeline, e: Entry) -> None:
     t.acked[e["id"]] = e
+    if "n" in e.fields:  # a version of a key put again
+        t.versions.setdefault(str(e["id"]), []).append(e)
 
 
 def _claim(t: Timeline, e: Entry) -> None:

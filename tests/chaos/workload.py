@@ -27,7 +27,8 @@ point of its message's life, also after it was handled or died (`Mix.resend_ids`
 messages that fail first (`dedup_fails`, so they move to retry copies) or die (`dedup_dies`);
 a DLQ redriven by the operator mid-run (`redrives`, ungrouped dead letters, one at a time as a
 per-id redrive would); messages sent through `enqueue_file` (`files`: a payload upload, then
-the record) and through `batching()` (`batched`).
+the record) and through `batching()` (`batched`); keys another service PUTs again, each
+version a message of its own (`reputs`).
 """
 
 from __future__ import annotations
@@ -89,6 +90,9 @@ class Mix:
     """Share of ungrouped single messages (explicit ids too) sent with `enqueue_file`."""
     batched: float = 0.0
     """Share of ungrouped single messages without an id sent through `batching()`."""
+    reputs: float = 0.0
+    """Per batch, the chance that another service PUTs a new version of one of `REPUT_KEYS`
+    (an inbox key or a foreign ``msg/`` name): each version is a message of its own."""
 
     @property
     def seams(self) -> bool:
@@ -101,6 +105,10 @@ class Mix:
             if draw < edge:
                 return kind
         return "ok"
+
+
+REPUT_KEYS = ("inbox/again-0.json", "inbox/again-1.json", "msg/again-2.json")
+"""Keys another service PUTs again and again (`Mix.reputs`)."""
 
 
 @dataclass(frozen=True)
@@ -181,6 +189,8 @@ class Producer:
         """Explicit-id specs sent so far: what `resend` draws from."""
         self.redriving = False
         """A redrive began and has not finished (its process died, or S3 failed it)."""
+        self.versions: dict[int, int] = {}
+        """`REPUT_KEYS` index -> the last version PUT."""
         self.batch: GroupCommit | None = None
         """Made on first use: its condition comes from the clock (the simulation's, in a run)."""
 
@@ -197,6 +207,8 @@ class Producer:
             self._one(spec)
         if mix.resend_ids:
             self.resend_some(mix.resend_ids)
+        if mix.reputs and self.rng.random() < mix.reputs:
+            self.put_again(self.rng.randrange(len(REPUT_KEYS)))
 
     def _many(self, specs: list[Spec]) -> None:
         try:
@@ -242,6 +254,24 @@ class Producer:
             spec.body, id=explicit, group=spec.group, partition=spec.partition
         )
 
+    def put_again(self, index: int) -> None:
+        """Another service PUTs the next version of one of `REPUT_KEYS` (plain, unconditional):
+        recorded with its version (`n`) once stored, as a message of its own."""
+        name = REPUT_KEYS[index]
+        self.versions[index] = version = self.versions.get(index, 0) + 1
+        n = 900_000 + index * 1000 + version
+        body = {"n": n, "kind": "ok", "ms": 20, "p": None, "ver": version}
+        message_id = foreign_id(name)
+        try:
+            self.queue.storage.put(self.queue.keys.root + name, json.dumps(body).encode())
+        except S3QueueError as exc:
+            self.history.record("enqueue_failed", "producer", ns=[n], error=str(exc))
+            return
+        self.history.record(
+            "put_foreign", "producer", id=message_id, key=self.queue.keys.root + name, n=n
+        )
+        self.expected.total += 1
+
     def resend_some(self, rate: float) -> None:
         """`rate` resends on average: its whole part, and one more with its fraction's chance."""
         for _ in range(int(rate) + (self.rng.random() < rate % 1)):
@@ -264,6 +294,14 @@ class Producer:
         """The operator redrives the DLQ's ungrouped dead letters, one entry at a time (as a
         redrive by id would), each recorded before it starts."""
         self.redriving = True  # until it returns: an operator runs a failed redrive again
+        try:
+            self._redrive_all()
+        except S3QueueError as exc:  # listing or reading the DLQ failed: run it again later
+            self.history.record("redrive_failed", "producer", error=str(exc))
+            return
+        self.redriving = False
+
+    def _redrive_all(self) -> None:
         keys, storage = self.queue.keys, self.queue.storage
         now = self.queue.clock.now_ms()
         for letter in admin.dead_letters(storage, keys, limit=None):
@@ -277,12 +315,7 @@ class Producer:
             if entry is None:
                 continue
             self.history.record("redrive", "producer", id=letter["id"], key=letter["key"])
-            try:
-                admin.redrive_entry(storage, keys, entry, now)
-            except S3QueueError as exc:
-                self.history.record("redrive_failed", "producer", id=letter["id"], error=str(exc))
-                return
-        self.redriving = False
+            admin.redrive_entry(storage, keys, entry, now)
 
     def _acked(self, spec: Spec, message_id: str) -> None:
         self.expected.total += 1

@@ -10,12 +10,13 @@ repeated enqueue that re-created a key the message had left), and is retired unr
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 from dataclasses import dataclass
 from typing import Any
 
-from s3queue.errors import MalformedMessage
+from s3queue.errors import Conflict, MalformedMessage
 from s3queue.protocol.keys import QueueKeys
 from s3queue.storage.base import Storage, new_token
 
@@ -93,7 +94,29 @@ def point(storage: Storage, keys: QueueKeys, message_id: str, key: str, found: F
     storage.put(keys.marker(message_id), body, if_match=found.etag, token=token)
 
 
-def mark_done(storage: Storage, keys: QueueKeys, message_id: str) -> None:
-    """Mark the id done, whatever the marker said (its message was handled or dead-lettered)."""
+def mark_done(storage: Storage, keys: QueueKeys, message_id: str, key: str) -> None:
+    """Mark the id done: its record at `key` was handled or dead-lettered. Only if the marker
+    still names `key` (CAS): an apply run again late, after a redrive pointed the marker at the
+    message's next life, must not end that life unrun. No marker (expired, purged): one is
+    created done, so a repeated enqueue stays a no-op."""
+    found = read(storage, keys, message_id)
     token = new_token()
-    storage.put(keys.marker(message_id), Marker("done").encode(token), token=token)
+    body = Marker("done").encode(token)
+    if found is None:
+        with contextlib.suppress(Conflict):  # one appeared meanwhile: it is not ours to end
+            storage.put(keys.marker(message_id), body, if_none_match=True, token=token)
+        return
+    if found.marker.done or found.marker.key not in (None, key):
+        return
+    with contextlib.suppress(Conflict):  # changed meanwhile: moved on, not ours to end
+        storage.put(keys.marker(message_id), body, if_match=found.etag, token=token)
+
+
+def point_from(storage: Storage, keys: QueueKeys, message_id: str, source: str, key: str) -> None:
+    """Point the marker from `source` (the record a ticket handled) to its copy at `key`; a
+    marker that names anything else (done, a redrive's key, this copy already) is left."""
+    found = read(storage, keys, message_id)
+    if found is None or found.marker.done or found.marker.key != source:
+        return
+    with contextlib.suppress(Conflict):  # changed meanwhile (an earlier apply of this commit)
+        point(storage, keys, message_id, key, found)

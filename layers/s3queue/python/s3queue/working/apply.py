@@ -136,7 +136,7 @@ def _apply_ref(
         else:
             _apply_outcome(storage, keys, ticket, ref, source, record, outcome, delivered)
     if released:
-        _put_released(storage, keys, ticket, origin, source, released)
+        _put_released(storage, keys, ticket, origin, source, released, ref.key)
     return finished
 
 
@@ -201,11 +201,11 @@ def _apply_outcome(
     """A handled record: a retry copy, a dead letter, and an explicit id's marker done."""
     attempt = outcome.attempt or delivered
     if outcome.kind == "retry":
-        _put_retry(storage, keys, record, outcome, attempt, source, ticket)
+        _put_retry(storage, keys, record, outcome, attempt, source, ticket, ref.key)
     elif outcome.kind == "dead":
         _put_dead(storage, keys, record, outcome, attempt, ref.key)
     if outcome.kind in ("done", "dead") and record.dedup:
-        markers.mark_done(storage, keys, record.id)
+        markers.mark_done(storage, keys, record.id, ref.key)
 
 
 def _put_released(
@@ -215,6 +215,7 @@ def _put_released(
     origin: str,
     source: MsgKey | None,
     released: list[Record],
+    ref_key: str,
 ) -> None:
     """One copy of a ref's released records: a group's in its place in line, else at commit."""
     grouped = source is not None and source.group is not None
@@ -231,7 +232,7 @@ def _put_released(
     _create(storage, keys.msg_key(key), encode_records(released, new_token()))
     for record in released:
         if record.dedup:
-            _follow_marker(storage, keys, record.id, keys.msg_key(key))
+            markers.point_from(storage, keys, record.id, ref_key, keys.msg_key(key))
 
 
 def _with(record: Record, **changes: object) -> Record:
@@ -248,6 +249,7 @@ def _put_retry(
     attempt: int,
     source: MsgKey | None,
     ticket: Ticket,
+    ref_key: str,
 ) -> None:
     error = {"attempt": attempt, "at": outcome.at_ms, "error": outcome.error}
     retry = _with(record, attempt=attempt + 1, errors=[*record.errors, error])
@@ -260,19 +262,10 @@ def _put_retry(
         key = MsgKey(max(due, ticket.committed_ms), record.id, None, 0, 1, origin)
     _create(storage, keys.msg_key(key), encode_records([retry], new_token()))
     if record.dedup:
-        _follow_marker(storage, keys, record.id, keys.msg_key(key))
-
-
-def _follow_marker(storage: Storage, keys: QueueKeys, message_id: str, copy_key: str) -> None:
-    """Point a pending explicit id's marker at the message's new copy: a repeated enqueue
-    with that id then finds the copy (its PUT is a no-op), instead of putting the message
-    again at its first key, deleted once this copy was made. Conflict: the marker changed
-    (done, or moved by an earlier apply of this commit): leave it."""
-    found = markers.read(storage, keys, message_id)
-    if found is None or found.marker.done or found.marker.key == copy_key:
-        return
-    with contextlib.suppress(Conflict):
-        markers.point(storage, keys, message_id, copy_key, found)
+        # The marker follows the message from the handled record to its copy: a repeated
+        # enqueue then finds the copy (its PUT a no-op) instead of putting the message again
+        # at its first key, deleted once this copy was made (markers.point_from).
+        markers.point_from(storage, keys, record.id, ref_key, keys.msg_key(key))
 
 
 def _put_dead(
