@@ -264,8 +264,10 @@ class Producer:
         message_id = foreign_id(name)
         try:
             self.queue.storage.put(self.queue.keys.root + name, json.dumps(body).encode())
-        except S3QueueError as exc:
+        except (S3QueueError, Crash) as exc:  # it may have landed: a version of its own
             self.history.record("enqueue_failed", "producer", ns=[n], error=str(exc))
+            if isinstance(exc, Crash):
+                raise
             return
         self.history.record(
             "put_foreign", "producer", id=message_id, key=self.queue.keys.root + name, n=n
