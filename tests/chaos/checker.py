@@ -180,9 +180,21 @@ def _check_overlaps(t: Timeline, report: Report) -> None:
     """Each claim is a lease on every message of its ticket: no message may be under two valid
     leases of different tickets at once (one ticket's generations are ordered by its CAS chain)."""
     holders: dict[str, list[tl.Claim]] = {}
+    # A stale record of an explicit id (re-created by a repeated enqueue after the message
+    # moved on) is retired unrun ("skip"): holding it is no lease on the message.
+    stale = {
+        (str(entry["ticket"]), str(i))
+        for entry, _ in t.commits
+        for i, kind in entry["outcomes"]
+        if kind == "skip" and str(i) in t.explicit
+    }
     for claim in sorted(t.claims, key=lambda c: c.entry.seq):
         for message_id in sorted(t.ticket_ids(claim.ticket)):
+            if (claim.ticket, message_id) in stale:
+                continue
             for other in holders.get(message_id, []):
+                if (other.ticket, message_id) in stale:
+                    continue
                 end = reruns.lease_end(t, other)
                 if other.ticket != claim.ticket and (end is None or end > claim.entry.seq):
                     report.add(

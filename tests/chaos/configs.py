@@ -39,6 +39,7 @@ MIX = workload.Mix()
 NO_HAZARDS = Hazards()
 SEAMS_MIX = workload.Mix(
     dedup=0.2,
+    grouped=0.45,
     resend_ids=3.0,
     resend_rounds=12,
     dedup_fails=2,
