@@ -17,8 +17,9 @@ from s3queue import Queue, run_local
 from s3queue.common.concurrency import Threads
 from s3queue.local.seaweed import EmbeddedS3
 from s3queue.message import Message
+from s3queue.producing.batching import _Batch
 from s3queue.protocol.keys import new_id
-from s3queue.storage import new_token
+from s3queue.storage import MemoryStorage, new_token
 from s3queue.storage.s3 import S3Storage
 
 
@@ -73,6 +74,21 @@ def test_a_thread_pool_used_before_the_fork_works_in_the_child() -> None:
     assert pool([lambda: 1, lambda: 2]) == [1, 2]
     # WHEN a forked child runs jobs on it THEN they run (a pool inherited as is never would)
     assert in_children(1, lambda _: json.dumps(pool([lambda: 3, lambda: 4]))) == ["[3, 4]"]
+
+
+def test_a_batch_open_at_the_fork_is_not_joined_by_the_child() -> None:
+    # GIVEN a group commit whose batch was open when the process forked (its leader, a thread
+    # of the parent, does not exist in the child)
+    queue = Queue("jobs", storage=MemoryStorage())
+    batch = queue.batching(window=0)
+    batch._open = _Batch()  # as if another thread of the parent were leading it right now
+
+    # WHEN the child enqueues through it THEN it leads a batch of its own and returns
+    def child(_: int) -> str:
+        batch.enqueue({"from": "child"})
+        return json.dumps(queue.stats()["pending"])
+
+    assert in_children(1, child) == ["1"]
 
 
 class Burner:
