@@ -314,11 +314,15 @@ class SimS3Client:
 
     # -- the operations ---------------------------------------------------------------------
 
-    def get_object(self, *, Bucket: str, Key: str) -> dict[str, Any]:
+    def get_object(self, *, Bucket: str, Key: str, **params: Any) -> dict[str, Any]:
+        if_match = str(params["IfMatch"]).strip('"') if "IfMatch" in params else None
+
         def effect() -> dict[str, Any]:
             obj = self.s3.store.get(Key)
             if obj is None:
                 raise _error("NoSuchKey", 404, "GetObject")
+            if if_match is not None and obj.etag != if_match:
+                raise _error("PreconditionFailed", 412, "GetObject")
             return {
                 "Body": _Body(obj.body),
                 "ETag": f'"{obj.etag}"',
@@ -382,9 +386,10 @@ class SimS3Client:
 
     def delete_objects(self, *, Bucket: str, Delete: dict[str, Any]) -> dict[str, Any]:
         keys = [o["Key"] for o in Delete["Objects"]]
+        versions = {o["Key"]: str(o["ETag"]).strip('"') for o in Delete["Objects"] if "ETag" in o}
 
         def effect() -> dict[str, Any]:
-            self.s3.store.delete_many(keys)
+            self.s3.store.delete_many(keys, if_match=versions)
             return {"Errors": []}
 
         # One POST request against the prefix's rate, as AWS-FACTS words the limit (requests);

@@ -116,6 +116,7 @@ def test_repeated_lease_expiry_counts_toward_max_retries() -> None:
     assert [m.attempt for m in handler.seen] == [1, 2, 3]
     [dead] = h.queue.dead_letters()
     assert "delivered 3 times" in dead["reason"] and "expired 3 of them" in dead["reason"]
+    assert dead["attempts"] == 3  # the two counts agree (issue 19, defect 9)
 
 
 def test_two_coordinators_one_leader() -> None:
@@ -594,11 +595,11 @@ class FreezeOnGet(MemoryStorage):
         super().__init__(clock)
         self.key_part, self.on_freeze = key_part, lambda: None
 
-    def get(self, key: str):  # type: ignore[no-untyped-def]
+    def get(self, key: str, *, if_match=None):  # type: ignore[no-untyped-def]
         if self.key_part in key:
             self.key_part = "\\0never"
             self.on_freeze()
-        return super().get(key)
+        return super().get(key, if_match=if_match)
 
 
 def test_a_worker_frozen_past_its_lease_does_not_start_another_handler() -> None:

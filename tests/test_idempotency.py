@@ -278,11 +278,11 @@ class InterleavedStorage(MemoryStorage):
         self.before: Callable[[], None] | None = None
         self.between: Callable[[], None] | None = None
 
-    def get(self, key: str) -> Object | None:
+    def get(self, key: str, *, if_match: str | None = None) -> Object | None:
         hook, self.before = self.before, None
         if hook is not None:
             hook()
-        found = super().get(key)
+        found = super().get(key, if_match=if_match)
         hook, self.between = self.between, None
         if hook is not None:
             hook()

@@ -37,12 +37,12 @@ class Hooked:
         self.inner, self.when, self.hook, self.after = inner, when, hook, after
         self.fired = False
 
-    def get(self, key: str) -> Object | None:
+    def get(self, key: str, *, if_match: str | None = None) -> Object | None:
         fire = not self.fired and self.when(key)
         self.fired = self.fired or fire
         if fire and not self.after:
             self.hook()
-        obj = self.inner.get(key)
+        obj = self.inner.get(key, if_match=if_match)
         if fire and self.after:
             self.hook()
         return obj

@@ -126,9 +126,9 @@ class MovesOnRead(MemoryStorage):
         super().__init__(clock)
         self.moving: str | None = None
 
-    def get(self, key: str) -> Any:
+    def get(self, key: str, *, if_match: str | None = None) -> Any:
         if key != self.moving:
-            return super().get(key)
+            return super().get(key, if_match=if_match)
         self.moving = None
         obj = super().get(key)
         assert obj is not None

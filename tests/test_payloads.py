@@ -28,9 +28,9 @@ class Reads(MemoryStorage):
         super().__init__(*args, **kwargs)
         self.read: list[str] = []
 
-    def get(self, key: str) -> Any:
+    def get(self, key: str, *, if_match: str | None = None) -> Any:
         self.read.append(key)
-        return super().get(key)
+        return super().get(key, if_match=if_match)
 
     def open(self, key: str, *, etag: str | None = None) -> BinaryIO | None:
         self.read.append(key)

@@ -13,6 +13,7 @@ drops payloads at the configured rates.
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -259,26 +260,73 @@ def producer(
     spread_s: float,
 ) -> Callable[[Actor], None]:
     def body(actor: Actor) -> None:
-        storage, clock = world.process(actor, role, role.name)
-        queue = Queue(
-            QUEUE,
-            storage=storage,
-            clock=clock,
-            max_message_bytes=world.settings.max_message_bytes,
-            listener=world.history.listener(role.name),
-        )
-        sender = workload.Producer(queue, world.history, expected, actor.rng)
-        if mix.malformed:
-            sender.put_malformed(
-                world.settings.max_message_bytes, partitioned=mix.partitions != (None,)
-            )
+        lives = iter(range(1, 1_000_000))
+        sender = _producer_process(world, role, actor, expected, next(lives))
         batches = [specs[i : i + 12] for i in range(0, len(specs), 12)]
-        for batch in batches:
-            sender.send(batch, mix)
-            actor.sleep(spread_s / max(len(batches), 1))
+        steps: list[tuple[list[workload.Spec], Callable[[workload.Producer], None]]] = []
+        if mix.malformed:
+            partitioned = mix.partitions != (None,)
+            put = functools.partial(
+                workload.Producer.put_malformed,
+                max_bytes=world.settings.max_message_bytes,
+                partitioned=partitioned,
+            )
+            steps.append(([], put))
+        steps += [(b, functools.partial(workload.Producer.send, specs=b, mix=mix)) for b in batches]
+        steps += [([], functools.partial(_later_round, mix=mix))] * mix.resend_rounds
+        for sent, step in steps:
+            try:
+                step(sender)
+            except Crash:  # the producer died mid-enqueue: a new process goes on
+                if sent:  # whatever of the batch was not acknowledged may have landed
+                    world.history.record(
+                        "enqueue_failed", role.name, ns=[s.n for s in sent], error="crashed"
+                    )
+                sender = _producer_process(world, role, actor, expected, next(lives), sender)
+            if step.func is not workload.Producer.put_malformed:
+                actor.sleep(spread_s / max(len(batches), 1))
+        while sender.redriving:  # the operator finishes a redrive that failed midway
+            try:
+                sender.redrive()
+            except Crash:
+                sender = _producer_process(world, role, actor, expected, next(lives), sender)
+            actor.sleep(1.0)
         world.history.record("producer_done", role.name, total=expected.total)
 
     return body
+
+
+def _producer_process(
+    world: World,
+    role: Role,
+    actor: Actor,
+    expected: workload.Expected,
+    life: int,
+    dead: workload.Producer | None = None,
+) -> workload.Producer:
+    """One producer process (a new one after each crash: it knows what the `dead` one sent,
+    and whether its redrive finished), with its own storage and clock."""
+    name = role.name if life == 1 else f"{role.name}.{life}"
+    storage, clock = world.process(actor, role, name)
+    queue = Queue(
+        QUEUE,
+        storage=storage,
+        clock=clock,
+        max_message_bytes=world.settings.max_message_bytes,
+        listener=world.history.listener(role.name),
+    )
+    sender = workload.Producer(queue, world.history, expected, actor.rng)
+    if dead is not None:
+        sender.explicit, sender.redriving = dead.explicit, dead.redriving
+        sender.versions = dead.versions
+    return sender
+
+
+def _later_round(sender: workload.Producer, mix: workload.Mix) -> None:
+    """After the last batch: an explicit id enqueued again, or the DLQ redriven (or both)."""
+    sender.resend_some(mix.resend_ids)
+    if sender.rng.random() < mix.redrives:
+        sender.redrive()
 
 
 def _describe(exc: BaseException) -> str:

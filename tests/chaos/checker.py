@@ -29,6 +29,7 @@ Invariants (the ``invariant`` name of a `Violation`):
     partition               a handler saw another partition than its message was enqueued into
     paused_dispatch         a ticket published by a tick that read the queue paused (flow.py)
     rate_limit              a second saw more handler starts than the queue's rate_limit
+    foreign_version         a version of a foreign key put again ran twice, or its last never ran
 """
 
 from __future__ import annotations
@@ -54,6 +55,7 @@ def check(entries: list[Entry], final: FinalState, expect: Expect) -> Report:
     reruns.check_starts(t, final.dead, expect, report)
     _check_leases(t, expect, report)
     _check_dead_letters(t, final, expect, report)
+    _check_versions(t, expect, report)
     fifo.check(t, report)
     flow.check_pauses(entries, report)
     flow.check_rate(entries, expect.rate_limit, expect.skew_ms, report)
@@ -101,9 +103,12 @@ def _check_once(
             terminal[message_id] = terminal.get(message_id, 0) + (kind in tl.TERMINAL)
     first_run = {run.id: run.start.seq for run in reversed(t.runs)}
     for message_id, count in terminal.items():
+        if message_id in t.versions:
+            continue  # one terminal outcome per version: `_check_versions`
         first = first_run.get(message_id)
         resent = first is not None and reruns.handled_before_acked(t, message_id, first)
-        if count > 1 + resent:  # a resent enqueue is a second message to complete
+        redriven = len(t.redrives.get(message_id, []))  # each a fresh message to complete
+        if count > 1 + resent + redriven:  # a resent enqueue is a second message to complete
             report.add("committed_twice", message_id, f"{count} terminal outcomes committed")
     # Mid-run, an apply in progress holds a message twice (copy written, source not yet gone).
     for message_id, copies in final.pending_ids().items() if expect.drained else ():
@@ -111,6 +116,28 @@ def _check_once(
         if len(copies) > 1 or message_id in status["dead"] or done:
             where = [p.key for p in copies]
             report.add("duplicated", message_id, f"pending at {where} and completed or dead")
+
+
+def _check_versions(t: Timeline, expect: Expect, report: Report) -> None:
+    """Each version of a key another service PUT again is a message of its own (its `n`): it
+    runs at most once unless a lease on a ticket holding the key expired, and the last version,
+    which nothing overwrote, runs. (An earlier one may never run: overwritten before a worker
+    read it, S3 no longer has it.)"""
+    ran: dict[int, int] = {}
+    for e in t.execs:
+        if e["id"] in t.versions:
+            ran[int(e["n"])] = ran.get(int(e["n"]), 0) + 1
+    failed = {int(n) for e in t.failed_enqueues for n in e.get("ns", [])}
+    for message_id, puts in t.versions.items():
+        expired = any(message_id in t.ticket_ids(ticket) for ticket in t.reaps)
+        for put in puts:
+            if ran.get(int(put["n"]), 0) > 1 and not expired:
+                why = f"version n={put['n']} ran {ran[int(put['n'])]} times with no expiry"
+                report.add("foreign_version", message_id, why)
+        last = int(puts[-1]["n"])
+        later = any(n > last and n // 1000 == last // 1000 for n in failed)  # may have landed
+        if expect.drained and not later and not ran.get(last):
+            report.add("foreign_version", message_id, f"its last version n={last} never ran")
 
 
 def _check_leases(t: Timeline, expect: Expect, report: Report) -> None:
@@ -157,9 +184,21 @@ def _check_overlaps(t: Timeline, report: Report) -> None:
     """Each claim is a lease on every message of its ticket: no message may be under two valid
     leases of different tickets at once (one ticket's generations are ordered by its CAS chain)."""
     holders: dict[str, list[tl.Claim]] = {}
+    # A stale record of an explicit id (re-created by a repeated enqueue after the message
+    # moved on) is retired unrun ("skip"): holding it is no lease on the message.
+    stale = {
+        (str(entry["ticket"]), str(i))
+        for entry, _ in t.commits
+        for i, kind in entry["outcomes"]
+        if kind == "skip" and str(i) in t.explicit
+    }
     for claim in sorted(t.claims, key=lambda c: c.entry.seq):
         for message_id in sorted(t.ticket_ids(claim.ticket)):
+            if (claim.ticket, message_id) in stale:
+                continue
             for other in holders.get(message_id, []):
+                if (other.ticket, message_id) in stale:
+                    continue
                 end = reruns.lease_end(t, other)
                 if other.ticket != claim.ticket and (end is None or end > claim.entry.seq):
                     report.add(
@@ -197,9 +236,12 @@ def _check_letter(
     if message_id not in expect.poison and not by_expiry:
         report.add("dlq_mismatch", message_id, f"dead but not expected: {reason}")
         return
-    recorded = [int(e["attempt"]) for e in letter.get("errors", [])]
-    if by_expiry:
-        recorded = recorded[:-1]  # the last error is the delivery limit, not a handler run
+    # The delivery limit's errors are not handler runs (a redriven message may hold several).
+    recorded = [
+        int(e["attempt"])
+        for e in letter.get("errors", [])
+        if not str(e.get("error") or "").startswith("delivered ")
+    ]
     if recorded != [r.attempt for r in failed]:
         report.add(
             "error_history",
@@ -208,8 +250,11 @@ def _check_letter(
         )
     attempts = int(letter.get("attempts", 0))
     limit = expect.max_retries + 1
-    if (attempts != limit and not by_expiry) or (by_expiry and attempts <= limit):
+    if (attempts != limit and not by_expiry) or (by_expiry and attempts < limit):
         report.add("retries_not_exact", message_id, f"dead at attempt {attempts} ({reason})")
+    if by_expiry and not reason.startswith(f"delivered {attempts} times"):
+        # The delivery limit counts the deliveries that started: the two counts agree.
+        report.add("retries_not_exact", message_id, f"attempts {attempts} but {reason}")
 
 
 def _count(t: Timeline, final: FinalState, report: Report) -> None:

@@ -37,6 +37,23 @@ SERVING = ServeSettings(
 )
 MIX = workload.Mix()
 NO_HAZARDS = Hazards()
+SEAMS_MIX = workload.Mix(
+    dedup=0.2,
+    grouped=0.45,
+    resend_ids=3.0,
+    resend_rounds=12,
+    dedup_fails=2,
+    dedup_dies=0.2,
+    redrives=0.3,
+    files=0.1,
+    batched=0.1,
+    reputs=0.5,
+)
+"""The seams steps of issue 19 (workload.py): explicit ids enqueued again at any time, that
+fail, die and are redriven; enqueue_file and batching(); foreign keys PUT again."""
+PRODUCER_HAZARDS = Hazards(crash_rate=0.02, freeze_rate=0.02, freeze_s=(0.5, 10))
+"""A producer killed or frozen mid-enqueue: between a payload and its record, a marker and its
+message, a redrive's steps."""
 
 REAL_SETTINGS = QueueSettings(
     visibility_timeout=4,
@@ -105,6 +122,9 @@ class Config:
     """Storage-level kinds for `run_sim`, S3 kinds for `run_cluster` (see faults.py)."""
     worker_hazards: Hazards = NO_HAZARDS
     coordinator_hazards: Hazards = NO_HAZARDS
+    producer_hazards: Hazards = NO_HAZARDS
+    """The producer crashes (a new process goes on) or freezes mid-enqueue: between a payload
+    and its record, a marker and its message, a PUT and its late notice."""
     skew_ms: int = 0
     """Each actor's clock is off by a uniform amount in [-skew/2, +skew/2]."""
     invoke_duplicate: float = 0.0

@@ -236,9 +236,9 @@ class StorageFaults:
         if kind == "error_after":
             raise StorageError(f"injected: {operation} {key} applied, response lost")
 
-    def get(self, key: str) -> Object | None:
+    def get(self, key: str, *, if_match: str | None = None) -> Object | None:
         self._fault("GetObject", key, write=False, conditional=False)
-        return self.inner.get(key)
+        return self.inner.get(key, if_match=if_match)
 
     def head(self, key: str) -> Head | None:
         self._fault("HeadObject", key, write=False, conditional=False)
@@ -285,10 +285,12 @@ class StorageFaults:
             self.inner.delete(key, if_match=if_match)
         self._after(kind, "DeleteObject", key)
 
-    def delete_many(self, keys: Iterable[str]) -> None:
+    def delete_many(
+        self, keys: Iterable[str], *, if_match: Mapping[str, str] | None = None
+    ) -> None:
         keys = list(keys)
         kind = self._fault("DeleteObjects", keys[0] if keys else "", write=True, conditional=False)
-        self.inner.delete_many(keys)
+        self.inner.delete_many(keys, if_match=if_match)
         self._after(kind, "DeleteObjects", keys[0] if keys else "")
 
     def open(self, key: str, *, etag: str | None = None) -> BinaryIO | None:

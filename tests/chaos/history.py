@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, BinaryIO
 
@@ -201,8 +201,8 @@ class Oracle:
         self.inner, self.history, self.tickets = inner, history, tickets
         self._seen: set[tuple[str, str | None]] = set()
 
-    def get(self, key: str) -> Object | None:
-        return self.inner.get(key)
+    def get(self, key: str, *, if_match: str | None = None) -> Object | None:
+        return self.inner.get(key, if_match=if_match)
 
     def head(self, key: str) -> Head | None:
         return self.inner.head(key)
@@ -266,8 +266,10 @@ class Oracle:
         if key.startswith(self.tickets):
             self.history.record("ticket_delete", "s3", ticket=key)
 
-    def delete_many(self, keys: Iterable[str]) -> None:
-        self.inner.delete_many(keys)
+    def delete_many(
+        self, keys: Iterable[str], *, if_match: Mapping[str, str] | None = None
+    ) -> None:
+        self.inner.delete_many(keys, if_match=if_match)
 
     def open(self, key: str, *, etag: str | None = None) -> BinaryIO | None:
         return self.inner.open(key, etag=etag)

@@ -15,7 +15,7 @@ two calls, which is all a process can be killed at, as far as S3 can tell.
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, BinaryIO
 
@@ -126,11 +126,13 @@ class ProcessStorage:
             self.history.record("crash", self.actor, **fields)
         raise Crash(where)
 
-    def get(self, key: str) -> Object | None:
+    def get(self, key: str, *, if_match: str | None = None) -> Object | None:
         if self.history is not None and key.endswith("/controls"):
             # before the request leaves: what it reads was written before this point (flow.py)
             self.history.record("controls_read", self.actor)
-        result: Object | None = self._call("get", key, lambda: self.inner.get(key))
+        result: Object | None = self._call(
+            "get", key, lambda: self.inner.get(key, if_match=if_match)
+        )
         return result
 
     def head(self, key: str) -> Head | None:
@@ -163,9 +165,12 @@ class ProcessStorage:
     def delete(self, key: str, *, if_match: str | None = None) -> None:
         self._call("delete", key, lambda: self.inner.delete(key, if_match=if_match))
 
-    def delete_many(self, keys: Iterable[str]) -> None:
+    def delete_many(
+        self, keys: Iterable[str], *, if_match: Mapping[str, str] | None = None
+    ) -> None:
         keys = list(keys)
-        self._call("delete_many", keys[0] if keys else "", lambda: self.inner.delete_many(keys))
+        first = keys[0] if keys else ""
+        self._call("delete_many", first, lambda: self.inner.delete_many(keys, if_match=if_match))
 
     def open(self, key: str, *, etag: str | None = None) -> BinaryIO | None:
         result: BinaryIO | None = self._call("get", key, lambda: self.inner.open(key, etag=etag))

@@ -102,7 +102,8 @@ def _spawn(
     )
     expected = workload.Expected()
     specs = workload.plan(config.messages, config.mix, config.settings, config.seed)
-    body = actors.producer(world, role("producer"), specs, config.mix, expected, config.spread_s)
+    producing = role("producer", config.producer_hazards)
+    body = actors.producer(world, producing, specs, config.mix, expected, config.spread_s)
     runner.spawn("producer", body)
     for i in range(1, config.coordinators + 1):
         name = f"c{i}"

@@ -23,7 +23,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # for `chaos.*`
 
-from chaos.configs import Config, real_time
+from chaos.configs import PRODUCER_HAZARDS, SEAMS_MIX, Config, real_time
 from chaos.history import Entry
 from chaos.process import Hazards
 from chaos.scenario import Result, run_cluster, run_sim
@@ -43,6 +43,8 @@ PROFILES: dict[str, dict[str, Any]] = {
         "skew_ms": 3_000,
         "invoke_duplicate": 0.05,
         "invoke_lose": 0.02,
+        "mix": SEAMS_MIX,
+        "producer_hazards": PRODUCER_HAZARDS,
     },
     "network": {
         "faults": {

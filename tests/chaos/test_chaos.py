@@ -24,7 +24,7 @@ import pytest
 from s3queue.contract.settings import CoordinatorSettings, QueueSettings
 from s3queue.local.seaweed import EmbeddedS3
 
-from chaos.configs import SETTINGS, Config, real_time
+from chaos.configs import PRODUCER_HAZARDS, SEAMS_MIX, SETTINGS, Config, real_time
 from chaos.process import Hazards
 from chaos.rig import Bench
 from chaos.scenario import Result, run_cluster, run_sim
@@ -53,6 +53,12 @@ FAMILIES: dict[str, dict[str, Any]] = {
         "worker_hazards": WORKER_CRASHES,
         "faults": {"lost_response": 0.02, "error_before": 0.01},
     },
+    "seams": {
+        "mix": SEAMS_MIX,
+        "producer_hazards": PRODUCER_HAZARDS,
+        "faults": {"latency": 0.05},
+        "worker_hazards": WORKER_CRASHES,
+    },
     "everything": {
         "faults": {"error_before": 0.01, "error_after": 0.005, "lost_response": 0.01},
         "worker_hazards": Hazards(crash_rate=0.01, freeze_rate=0.005, freeze_s=(5, 60)),
@@ -63,14 +69,16 @@ FAMILIES: dict[str, dict[str, Any]] = {
     },
 }
 SEEDS = (1, 2, 3)
+_PERMIT_WINDOW = (
+    "rate limits, liveness (not safety): a ticket that no worker claims within its "
+    "one-second permit window is released and dispatched again; under crashes, Lambda "
+    "killers and slow handlers a FIFO group's head cycles so for the whole run (its attempt "
+    "counted by expiries of claims that never started it) and the run does not drain. No "
+    "limit is exceeded and nothing is lost; the fix is a permit taken at claim time"
+)
 KNOWN: dict[tuple[str, int], str] = {
-    ("rate-limited", 2): (
-        "rate limits, liveness (not safety): a ticket that no worker claims within its "
-        "one-second permit window is released and dispatched again; under crashes, Lambda "
-        "killers and slow handlers a FIFO group's head cycles so for the whole run (its attempt "
-        "counted by expiries of claims that never started it) and the run does not drain. No "
-        "limit is exceeded and nothing is lost; the fix is a permit taken at claim time"
-    ),
+    # Seed 2 until the seams merge; seed 1 since (its runs now take other turns).
+    ("rate-limited", 1): _PERMIT_WINDOW,
 }
 """(family, seed) -> the known core bug that breaks it (each has a minimal test in
 test_core_bugs.py); the run's report names the invariants."""
@@ -150,6 +158,26 @@ def test_every_fault_family_injects_its_faults() -> None:
     everything = family_run("everything", 1)
     assert {"crash_w", "freeze_c", "lost_response", "error_after"} <= set(everything.faults)
     assert everything.report.redeliveries, "crashes and timeouts must cause redeliveries"
+
+
+def test_the_seams_family_takes_its_steps() -> None:
+    """Guards the seams steps (issue 19): explicit ids enqueued again and redriven, messages
+    sent as files and through batching(), a producer killed and frozen mid-enqueue."""
+    result = family_run("seams", 1)
+    kinds = {e.kind for e in result.history}
+    assert {"resend", "redrive", "explicit_id"} <= kinds, kinds
+    assert {"crash_p", "freeze_p"} <= set(result.faults), result.faults
+    assert any(e.get("batched") for e in result.history.of("enqueue"))
+    config = result.config
+    files = {
+        s.n
+        for s in plan(config.messages, config.mix, config.settings, 1)
+        if s.body.get("via") == "file"
+    }
+    ran_files = files & {e["n"] for e in result.history.of("exec")}
+    assert len(ran_files) >= 2, f"files {files}, of which ran {ran_files}"
+    ran = {e["id"] for e in result.history.of("exec")}
+    assert ran & {e["id"] for e in result.history.of("redrive")}, "no redriven message ran"
 
 
 def test_a_seed_replays_exactly() -> None:

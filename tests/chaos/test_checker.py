@@ -279,6 +279,7 @@ CASES: dict[str, Mutation] = {
     "early_retry": lambda: (_early_retry(), final()),
     "backoff_bounds": lambda: (_long_backoff(), final()),
     "fifo": lambda: (_fifo_overtaken(), final()),
+    "foreign_version": lambda: (_version_twice(), final()),
     "partition": lambda: (
         good().add("wrong_partition", "w1", id="m", sent="p1", got=None),
         final(),
@@ -304,7 +305,7 @@ def _killed_before_starting() -> Story:
 
 def _dead_k() -> dict[str, Any]:
     why = "delivered 2 times (its handler started each time; the lease expired 2 of them)"
-    return {"id": "k", "attempts": 3, "reason": why, "errors": [{"attempt": 3}]}
+    return {"id": "k", "attempts": 2, "reason": why, "errors": [{"attempt": 2, "error": why}]}
 
 
 def _early_expiry() -> Story:
@@ -444,3 +445,37 @@ def test_a_dispatch_after_reading_the_queue_paused_is_flagged() -> None:
     # a process that dispatches without ever reading the controls, in a run with pauses
     unread = Story().add("pause_done", "pauser").add("resume_start", "pauser").dispatch(1, "a")
     assert "paused_dispatch" in check(unread.entries, final, EXPECT).invariants()
+
+
+def test_a_delivery_limit_death_whose_two_counts_disagree_is_flagged() -> None:
+    """Issue 19, defect 9: ``attempts`` and "delivered N times" of one dead letter agree."""
+    disagreeing = {**_dead_k(), "attempts": 3}
+    report = check(_killed_before_starting().entries, final(dead=[dead_p(), disagreeing]), EXPECT)
+    assert "retries_not_exact" in report.invariants(), report.summary()
+    agreeing = check(_killed_before_starting().entries, final(dead=[dead_p(), _dead_k()]), EXPECT)
+    assert "retries_not_exact" not in agreeing.invariants()
+
+
+def _version_twice() -> Story:
+    """Another service put x twice (n=1, n=2): version 2 ran twice, version 1 never."""
+    s = good().add("put_foreign", "producer", id="x", key=f"{ROOT}inbox/x", n=1)
+    s.add("put_foreign", "producer", id="x", key=f"{ROOT}inbox/x", n=2)
+    for n in (4, 5):
+        s.add("dispatch", "c1", ticket=ticket(n), refs=[f"{ROOT}inbox/x"]).claim(n, "w1")
+        s.run("w1", "x", 1).add("exec", "w1", id="x", n=2).commit(n, "w1", ("x", "done"))
+    return s
+
+
+def test_each_version_of_a_key_put_again_is_its_own_message() -> None:
+    # GIVEN x put twice; WHEN each version runs once THEN no violation
+    s = good().add("put_foreign", "producer", id="x", key=f"{ROOT}inbox/x", n=1)
+    s.add("put_foreign", "producer", id="x", key=f"{ROOT}inbox/x", n=2)
+    for n, version in ((4, 1), (5, 2)):
+        s.add("dispatch", "c1", ticket=ticket(n), refs=[f"{ROOT}inbox/x"]).claim(n, "w1")
+        s.run("w1", "x", 1).add("exec", "w1", id="x", n=version).commit(n, "w1", ("x", "done"))
+    report = check(s.entries, final(), EXPECT)
+    assert report.ok, report.summary()
+    # WHEN only the first ran THEN the last version is missing
+    lost = _version_twice()
+    lost.entries = [e for e in lost.entries if not (e.kind == "exec" and e.get("n") == 2)]
+    assert "foreign_version" in check(lost.entries, final(), EXPECT).invariants()

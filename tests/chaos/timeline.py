@@ -96,6 +96,13 @@ class Timeline:
     finishes: list[tuple[Entry, Claim | None]] = field(default_factory=list)
     """Every terminal handler_finish (done or dead, with or without a handler call: a delivery
     limit, a dedup marker found done), with the claim its worker held."""
+    explicit: set[str] = field(default_factory=set)
+    """Explicit ids (``enqueue(id=)``): exactly-once, never excused as a resent PUT."""
+    versions: dict[str, list[Entry]] = field(default_factory=dict)
+    """Message id of a key another service PUT again -> its versions' put_foreign entries (each
+    with its `n`): each version is its own message (`checker._check_versions`)."""
+    redrives: dict[str, list[Entry]] = field(default_factory=dict)
+    """Message id -> the operator's redrives of it (recorded before each started)."""
     _ids: dict[str, set[str]] = field(default_factory=dict)
     reaps: dict[str, dict[int, Entry]] = field(default_factory=dict)
     """ticket -> new generation -> the first record of the reap that made it: the reap's
@@ -207,7 +214,10 @@ def _write(t: Timeline, e: Entry) -> None:
 def _enqueue(t: Timeline, e: Entry) -> None:
     ids = [e["message_id"]] if "message_id" in e.fields else list(e["message_ids"])
     for message_id in ids:
-        t.acked[message_id] = e
+        if message_id in t.explicit:
+            t.acked.setdefault(message_id, e)  # a repeated enqueue acknowledges nothing new
+        else:
+            t.acked[message_id] = e
     parsed = parse_msg_name(str(e.get("key", "")).rsplit("/", 1)[-1])
     if parsed is not None and len(ids) > 1:
         t.objects[parsed.id] = list(ids)
@@ -217,6 +227,8 @@ def _enqueue(t: Timeline, e: Entry) -> None:
 
 def _foreign(t: Timeline, e: Entry) -> None:
     t.acked[e["id"]] = e
+    if "n" in e.fields:  # a version of a key put again
+        t.versions.setdefault(str(e["id"]), []).append(e)
 
 
 def _claim(t: Timeline, e: Entry) -> None:
@@ -311,6 +323,8 @@ def _dispatch(t: Timeline, e: Entry) -> None:
 _READERS: dict[str, Callable[[Timeline, Entry], None]] = {
     "enqueue": _enqueue,
     "put_foreign": _foreign,
+    "explicit_id": lambda t, e: t.explicit.add(str(e["id"])),
+    "redrive": lambda t, e: t.redrives.setdefault(str(e["id"]), []).append(e),
     "enqueue_failed": lambda t, e: t.failed_enqueues.append(e),
     "claim": _claim,
     "heartbeat": _heartbeat,

@@ -8,7 +8,8 @@ Every body is ``{"n": <number>, "kind": <kind>, ...}``; the handler behaves by k
     permanent  raises PermanentError: must reach the DLQ at once
     slow       takes 1.5 x the visibility timeout (heartbeats, if any, must keep it)
     killer     outlives the Lambda timeout: the runtime kills its process, every time
-    dedup      enqueued twice with one explicit id: must run as one message
+    dedup      enqueued twice with one explicit id: must run as one message (with the
+               "seams" steps below, it may fail first, die, or be sent as a file)
 
 A share of the messages, of every kind but dedup, also belongs to a FIFO group (``g1``,
 ``g2``, ..., about `Mix.group_size` messages each): a group's failures, poison, Lambda killers
@@ -20,10 +21,20 @@ And foreign objects in the inbox: empty, binary, invalid JSON (all reach the han
 one larger than ``max_message_bytes`` (a stored payload: ``body`` None, handled as the raw ones),
 a garbage ``msg/`` object (a dead letter); and one plain PUT into a partition's inbox folder
 and one into a partition's own folder.
+
+The *seams* steps (off unless the mix asks, issue 19): an explicit id enqueued again at any
+point of its message's life, also after it was handled or died (`Mix.resend_ids`); explicit-id
+messages that fail first (`dedup_fails`, so they move to retry copies) or die (`dedup_dies`);
+a DLQ redriven by the operator mid-run (`redrives`, ungrouped dead letters, one at a time as a
+per-id redrive would); messages sent through `enqueue_file` (`files`: a payload upload, then
+the record) and through `batching()` (`batched`); keys another service PUTs again, each
+version a message of its own (`reputs`).
 """
 
 from __future__ import annotations
 
+import io
+import json
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -32,6 +43,8 @@ from typing import Any
 from s3queue.contract.settings import QueueSettings
 from s3queue.errors import PermanentError, S3QueueError
 from s3queue.message import Message
+from s3queue.operations import admin
+from s3queue.producing.batching import GroupCommit
 from s3queue.producing.producer import Queue
 from s3queue.protocol.records import foreign_id
 
@@ -64,6 +77,29 @@ class Mix:
     backlog still grows its tickets)."""
     malformed: bool = True
     ok_ms: tuple[int, int] = (10, 400)
+    resend_ids: float = 0.0
+    """Per batch sent (and per later round), how many earlier explicit ids are enqueued again
+    on average (mostly recent ones): while pending, running, being applied, retried, handled
+    or dead."""
+    resend_rounds: int = 0
+    """Rounds after the last batch, each `spread_s / 10` apart: resends and redrives then."""
+    dedup_fails: int = 0
+    """Explicit-id messages fail up to this many times first (retry copies move their marker)."""
+    dedup_dies: float = 0.0
+    """Share of explicit-id messages that raise PermanentError (dead, then maybe redriven)."""
+    redrives: float = 0.0
+    """Per later round, the chance that the operator redrives the DLQ's ungrouped entries."""
+    files: float = 0.0
+    """Share of ungrouped single messages (explicit ids too) sent with `enqueue_file`."""
+    batched: float = 0.0
+    """Share of ungrouped single messages without an id sent through `batching()`."""
+    reputs: float = 0.0
+    """Per batch, the chance that another service PUTs a new version of one of `REPUT_KEYS`
+    (an inbox key or a foreign ``msg/`` name): each version is a message of its own."""
+
+    @property
+    def seams(self) -> bool:
+        return bool(self.resend_ids or self.redrives or self.files or self.batched)
 
     def kind(self, rng: random.Random) -> str:
         draw, edge = rng.random(), 0.0
@@ -72,6 +108,10 @@ class Mix:
             if draw < edge:
                 return kind
         return "ok"
+
+
+REPUT_KEYS = ("inbox/again-0.json", "inbox/again-1.json", "msg/again-2.json")
+"""Keys another service PUTs again and again (`Mix.reputs`)."""
 
 
 @dataclass(frozen=True)
@@ -113,7 +153,27 @@ def plan(count: int, mix: Mix, settings: QueueSettings, seed: int) -> list[Spec]
         ranked = group is None and ranks.random() < mix.prioritized
         priority = ranks.choice((3, 9)) if ranked else 0
         specs.append(Spec(n, kind, body, group, partition, priority))
+    if mix.seams:
+        _seams(specs, mix, random.Random(f"{seed}:seams"))
     return specs
+
+
+def _seams(specs: list[Spec], mix: Mix, rng: random.Random) -> None:
+    """The seams steps' draws (module docstring), from a stream of their own: the rest of the
+    plan stays as it was without them."""
+    for spec in specs:
+        if spec.kind == "dedup":
+            spec.body["fails"] = rng.randint(0, mix.dedup_fails)
+            spec.body["dies"] = rng.random() < mix.dedup_dies
+        if spec.group is None and spec.kind in ("ok", "dedup"):
+            draw = rng.random()
+            spec.body["via"] = (
+                "file"
+                if draw < mix.files
+                else "batch"
+                if draw < mix.files + mix.batched and spec.kind == "ok"
+                else None
+            )
 
 
 @dataclass
@@ -132,16 +192,30 @@ class Producer:
 
     def __init__(self, queue: Queue, history: History, expected: Expected, rng: random.Random):
         self.queue, self.history, self.expected, self.rng = queue, history, expected, rng
+        self.explicit: list[Spec] = []
+        """Explicit-id specs sent so far: what `resend` draws from."""
+        self.redriving = False
+        """A redrive began and has not finished (its process died, or S3 failed it)."""
+        self.versions: dict[int, int] = {}
+        """`REPUT_KEYS` index -> the last version PUT."""
+        self.batch: GroupCommit | None = None
+        """Made on first use: its condition comes from the clock (the simulation's, in a run)."""
 
     def send(self, specs: list[Spec], mix: Mix) -> None:
         """One batch: packed if the mix says so and it can be, else one enqueue each."""
-        plain = [s for s in specs if s.kind != "dedup" and s.group is None]
+        plain = [
+            s for s in specs if s.kind != "dedup" and s.group is None and not s.body.get("via")
+        ]
         if len(plain) > 1 and self.rng.random() < mix.packed:
             for lane in dict.fromkeys((s.partition, s.priority) for s in plain):
                 self._many([s for s in plain if (s.partition, s.priority) == lane])
             specs = [s for s in specs if s not in plain]
         for spec in specs:
             self._one(spec)
+        if mix.resend_ids:
+            self.resend_some(mix.resend_ids)
+        if mix.reputs and self.rng.random() < mix.reputs:
+            self.put_again(self.rng.randrange(len(REPUT_KEYS)))
 
     def _many(self, specs: list[Spec]) -> None:
         try:
@@ -159,16 +233,17 @@ class Producer:
 
     def _one(self, spec: Spec) -> None:
         explicit = f"dedup-{spec.n}" if spec.kind == "dedup" else None
+        if explicit is not None:
+            # Recorded before the first PUT: an explicit id is exactly-once, whatever happens
+            # to its enqueues (the checker never excuses its duplicates as a resent PUT).
+            self.history.record("explicit_id", "producer", id=explicit)
+            self.explicit.append(spec)
+            if spec.body.get("dies"):  # dead at once if it exists, acknowledged or not
+                self.expected.maybe_dead.add(explicit)
         acked = False
         for _ in range(2 if explicit else 1):  # a dedup message is sent twice
             try:
-                message_id = self.queue.enqueue(
-                    spec.body,
-                    id=explicit,
-                    group=spec.group,
-                    partition=spec.partition,
-                    priority=spec.priority,
-                )
+                message_id = self._put(spec, explicit)
             except S3QueueError as exc:
                 self.history.record("enqueue_failed", "producer", ns=[spec.n], error=str(exc))
                 continue
@@ -176,11 +251,93 @@ class Producer:
                 self._acked(spec, message_id)
                 acked = True
 
+    def _put(self, spec: Spec, explicit: str | None) -> str:
+        """One enqueue of `spec`, the way its plan says (`via`)."""
+        via = spec.body.get("via")
+        if via == "file":
+            data = io.BytesIO(json.dumps(spec.body).encode())
+            return self.queue.enqueue_file(data, id=explicit, partition=spec.partition)
+        if via == "batch":
+            self.batch = self.batch or self.queue.batching(window=0)
+            return self.batch.enqueue(spec.body, partition=spec.partition)
+        return self.queue.enqueue(
+            spec.body,
+            id=explicit,
+            group=spec.group,
+            partition=spec.partition,
+            priority=spec.priority,
+        )
+
+    def put_again(self, index: int) -> None:
+        """Another service PUTs the next version of one of `REPUT_KEYS` (plain, unconditional):
+        recorded with its version (`n`) once stored, as a message of its own."""
+        name = REPUT_KEYS[index]
+        self.versions[index] = version = self.versions.get(index, 0) + 1
+        n = 900_000 + index * 1000 + version
+        body = {"n": n, "kind": "ok", "ms": 20, "p": None, "ver": version}
+        message_id = foreign_id(name)
+        try:
+            self.queue.storage.put(self.queue.keys.root + name, json.dumps(body).encode())
+        except (S3QueueError, Crash) as exc:  # it may have landed: a version of its own
+            self.history.record("enqueue_failed", "producer", ns=[n], error=str(exc))
+            if isinstance(exc, Crash):
+                raise
+            return
+        self.history.record(
+            "put_foreign", "producer", id=message_id, key=self.queue.keys.root + name, n=n
+        )
+        self.expected.total += 1
+
+    def resend_some(self, rate: float) -> None:
+        """`rate` resends on average: its whole part, and one more with its fraction's chance."""
+        for _ in range(int(rate) + (self.rng.random() < rate % 1)):
+            self.resend()
+
+    def resend(self) -> None:
+        """Enqueue an earlier explicit id again, wherever its message is in its life (a recent
+        one three times in four: its message is likely running, retried or being applied)."""
+        if not self.explicit:
+            return
+        recent = self.explicit[-6:] if self.rng.random() < 0.75 else self.explicit
+        spec = self.rng.choice(recent)
+        self.history.record("resend", "producer", id=f"dedup-{spec.n}")
+        try:
+            self._put(spec, f"dedup-{spec.n}")
+        except S3QueueError as exc:
+            self.history.record("enqueue_failed", "producer", ns=[spec.n], error=str(exc))
+
+    def redrive(self) -> None:
+        """The operator redrives the DLQ's ungrouped dead letters, one entry at a time (as a
+        redrive by id would), each recorded before it starts."""
+        self.redriving = True  # until it returns: an operator runs a failed redrive again
+        try:
+            self._redrive_all()
+        except S3QueueError as exc:  # listing or reading the DLQ failed: run it again later
+            self.history.record("redrive_failed", "producer", error=str(exc))
+            return
+        self.redriving = False
+
+    def _redrive_all(self) -> None:
+        keys, storage = self.queue.keys, self.queue.storage
+        now = self.queue.clock.now_ms()
+        for letter in admin.dead_letters(storage, keys, limit=None):
+            if letter["group"] is not None or str(letter["reason"]).startswith("Malformed"):
+                # A redriven grouped message is a new enqueue at the end of its group, and a
+                # malformed object's becomes a good message: left out, the checks stay exact.
+                continue
+            entry = next(
+                (e for e in admin.iter_dead(storage, keys) if e.key == letter["key"]), None
+            )
+            if entry is None:
+                continue
+            self.history.record("redrive", "producer", id=letter["id"], key=letter["key"])
+            admin.redrive_entry(storage, keys, entry, now)
+
     def _acked(self, spec: Spec, message_id: str) -> None:
         self.expected.total += 1
         if spec.kind == "poison":
             self.expected.poison.add(message_id)
-        elif spec.kind == "permanent":
+        elif spec.kind == "permanent" or spec.body.get("dies"):
             self.expected.dead_at_once.add(message_id)
 
     def put_malformed(self, max_bytes: int, *, partitioned: bool = True) -> None:
@@ -206,10 +363,12 @@ class Producer:
             message_id = foreign_id(name)
             try:
                 self.queue.storage.put(keys.root + name, body)
-            except S3QueueError as exc:
+            except (S3QueueError, Crash) as exc:
                 self.history.record("enqueue_failed", "producer", ids=[message_id], error=str(exc))
                 if dead:
                     self.expected.maybe_dead.add(message_id)
+                if isinstance(exc, Crash):
+                    raise  # the process is dead: the rest is not put
                 continue
             self.history.record("put_foreign", "producer", id=message_id, key=keys.root + name)
             self.expected.total += 1
@@ -228,7 +387,7 @@ def handler(
 
     def handle(message: Message) -> None:
         raw: dict[str, Any] = {"kind": "raw", "ms": 5}  # a foreign object's bytes
-        body: dict[str, Any] = message.body if isinstance(message.body, dict) else raw
+        body: dict[str, Any] = _decoded(message.body) or raw
         kind = body.get("kind")
         history.record(
             "exec",
@@ -251,7 +410,16 @@ def handler(
             raise RuntimeError(f"poison {body.get('n')} at attempt {message.attempt}")
         if kind == "permanent":
             raise PermanentError(f"permanent {body.get('n')}")
-        if kind == "flaky" and message.attempt <= int(body.get("fails", 0)):
-            raise RuntimeError(f"flaky {body.get('n')} at attempt {message.attempt}")
+        if kind == "dedup" and body.get("dies"):
+            raise PermanentError(f"dies {body.get('n')}")
+        if kind in ("flaky", "dedup") and message.attempt <= int(body.get("fails", 0)):
+            raise RuntimeError(f"{kind} {body.get('n')} at attempt {message.attempt}")
 
     return handle
+
+
+def _decoded(body: Any) -> dict[str, Any] | None:
+    """A workload body: a dict, or the bytes of one (a message sent with `enqueue_file`)."""
+    if isinstance(body, bytes) and body.startswith(b'{"n"'):
+        body = json.loads(body)
+    return body if isinstance(body, dict) else None

@@ -9,6 +9,7 @@ simulation shuffles them; the AWS simulation overlaps them in virtual time).
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -24,16 +25,20 @@ def in_order(jobs: list[Callable[[], Any]]) -> list[Any]:
 
 
 class Threads:
-    """A `RunAll` on a pool of at most `size` threads, made on first use."""
+    """A `RunAll` on a pool of at most `size` threads, made on first use in each process (a
+    forked child has none of its parent's threads: it makes its own pool and lock)."""
 
     def __init__(self, size: int, name: str) -> None:
         self.size, self.name = max(size, 1), name
         self._pool: ThreadPoolExecutor | None = None
         self._lock = threading.Lock()
+        self._pid = os.getpid()
 
     def __call__(self, jobs: list[Callable[[], Any]]) -> list[Any]:
         if len(jobs) < 2:
             return in_order(jobs)
+        if self._pid != os.getpid():
+            self._pid, self._pool, self._lock = os.getpid(), None, threading.Lock()
         with self._lock:
             if self._pool is None:
                 self._pool = ThreadPoolExecutor(self.size, thread_name_prefix=self.name)

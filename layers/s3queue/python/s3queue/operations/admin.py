@@ -10,12 +10,13 @@ Dead letters are read in the one schema of `s3queue.protocol.deadletters`.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from s3queue.errors import Conflict, MalformedMessage, QueueNotFound
-from s3queue.protocol import deadletters
+from s3queue.errors import Conflict, MalformedMessage, QueueNotFound, StorageError
+from s3queue.protocol import deadletters, markers
 from s3queue.protocol.deadletters import DeadLetter
 from s3queue.protocol.keys import MsgKey, QueueKeys, new_id
 from s3queue.protocol.records import TOMBSTONE, Payload, Record, encode_records
@@ -148,36 +149,99 @@ def dead_letters(
 def redrive(
     storage: Storage, keys: QueueKeys, now_ms: int, ids: Collection[str] | None = None
 ) -> int:
-    """Each dead letter (of `ids` only, if given) becomes a fresh message (attempt 1, errors
-    kept), then is deleted; its payload goes back to ``blobs/`` (a copy before the message, the
-    delete after)."""
-    moved = 0
-    for entry in list(iter_dead(storage, keys)):
-        if ids is not None and keys.dead_id(entry.key) not in ids:
-            continue
-        obj = None if keys.is_tombstone(entry.key, entry.size) else storage.get(entry.key)
-        if obj is None:
-            continue
-        held = deadletters.decode_record(obj.body)
-        if held is None:
-            continue  # left in place: nothing we could re-enqueue faithfully
-        record, source = held
-        record.attempt = 1
-        kept = record.payload.key if record.payload else None
-        moving = kept is not None and keys.is_dead_payload(kept)
-        if moving and not _payload_back(storage, keys, record, now_ms):
-            continue  # its payload expired first: left to the DLQ's lifecycle rule
-        group = record.group
-        key = MsgKey(now_ms, new_id(now_ms), group) if group else MsgKey(now_ms, new_id(now_ms))
+    """Every dead letter (of `ids` only, if given) becomes a fresh message (`redrive_entry`);
+    how many did."""
+    return sum(
+        redrive_entry(storage, keys, entry, now_ms)
+        for entry in list(iter_dead(storage, keys))
+        if ids is None or keys.dead_id(entry.key) in ids
+    )
+
+
+def redrive_entry(storage: Storage, keys: QueueKeys, entry: Entry, now_ms: int) -> bool:
+    """One dead letter (a DLQ entry as listed) becomes a fresh message (attempt 1, errors kept),
+    then is tombstoned; its payload goes back to ``blobs/``. False if there was nothing to
+    redrive: a tombstone, an entry gone or not re-enqueueable, a payload that expired first,
+    or a dead letter another redrive holds.
+
+    A redrive is exactly-once however often it is run again after dying midway, and for any
+    message (a generated id too): the redriven message has a marker like an explicit id's, and
+    the dead letter records each step before the next (docs/protocol.md, "Redrive")::
+
+        CAS dead letter: redriving to N    (the claim: a second redrive stops here)
+        marker ids/<id> -> pending N       (a done marker, since the death, is reopened)
+        CAS dead letter: ... pointed
+        PUT N (If-None-Match), tombstone the dead letter, delete its kept payload
+
+    Run again, it goes on from the last step on record. Once the marker was pointed, only a
+    marker still pending at N lets it PUT N: done, or at a retry copy, means N ran already."""
+    obj = None if keys.is_tombstone(entry.key, entry.size) else storage.get(entry.key)
+    held = deadletters.decode_record(obj.body) if obj is not None else None
+    if obj is None or held is None:
+        return False  # left in place: nothing we could re-enqueue faithfully
+    record, source = held
+    record.attempt, record.dedup = 1, True
+    kept = record.payload.key if record.payload else None
+    moving = kept is not None and keys.is_dead_payload(kept)
+    state = deadletters.redrive_state(obj.body)
+    etag: str | None = obj.etag
+    if state is None:
         home = keys.owning(source)  # back into its partition
-        storage.put(home.msg_key(key), encode_records([record], new_token()), if_none_match=True)
-        # A tombstone, not a delete: a late applier of the commit that wrote this dead letter
-        # cannot create it again (apply.py); the DLQ's lifecycle rule removes it.
-        storage.put(entry.key, TOMBSTONE, if_match=entry.etag)
-        if moving and kept is not None:
-            storage.delete(kept)
-        moved += 1
-    return moved
+        key = home.msg_key(MsgKey(now_ms, new_id(now_ms), record.group))
+        etag = _claim(storage, entry.key, obj.body, obj.etag, key, pointed=False)
+        state = (key, False)
+    key, pointed = state
+    if etag is not None and not pointed:
+        _reopen(storage, keys, record.id, key)
+        etag = _claim(storage, entry.key, obj.body, etag, key, pointed=True)
+        put = True
+    else:
+        found = markers.read(storage, keys, record.id)
+        put = found is None or (found.marker.state == markers.PENDING and found.marker.key == key)
+    if etag is None:
+        return False  # another redrive holds it
+    if put:
+        if moving and not _payload_back(storage, keys, record, now_ms):
+            return False  # its payload expired first: left to the DLQ's lifecycle rule
+        # Conflict: the earlier run of this redrive put it.
+        with contextlib.suppress(Conflict):
+            storage.put(key, encode_records([record], new_token()), if_none_match=True)
+    # A tombstone, not a delete: a late applier of the commit that wrote this dead letter
+    # cannot create it again (apply.py); the DLQ's lifecycle rule removes it.
+    storage.put(entry.key, TOMBSTONE, if_match=etag)
+    if moving and kept is not None:
+        storage.delete(kept)
+    return True
+
+
+def _claim(
+    storage: Storage, dead_key: str, body: bytes, etag: str, key: str, *, pointed: bool
+) -> str | None:
+    """Record a redrive's step in its dead letter (CAS); its new ETag, None if it changed."""
+    token = new_token()
+    data = deadletters.redriving(body, key, pointed=pointed, token=token)
+    try:
+        return storage.put(dead_key, data, if_match=etag, token=token)
+    except Conflict:
+        return None
+
+
+def _reopen(storage: Storage, keys: QueueKeys, message_id: str, key: str) -> None:
+    """Point a redriven message's marker at its new key (done since it died, or none for a
+    generated id); a marker that changes meanwhile is read again."""
+    for _ in range(5):
+        found = markers.read(storage, keys, message_id)
+        if found is not None and not found.marker.done and found.marker.key == key:
+            return
+        try:
+            if found is None:
+                markers.create(storage, keys, message_id, key)
+            else:
+                markers.point(storage, keys, message_id, key, found)
+        except Conflict:
+            continue
+        return
+    raise StorageError(f"{keys.marker(message_id)} kept changing: redrive it again")
 
 
 def _payload_back(storage: Storage, keys: QueueKeys, record: Record, now_ms: int) -> bool:

@@ -22,19 +22,12 @@ from typing import Any, Literal, TypedDict
 
 from s3queue.errors import AlreadyDispatched, Conflict, MalformedMessage, MessageNotFound
 from s3queue.operations import admin
-from s3queue.protocol import deadletters
+from s3queue.protocol import deadletters, markers
 from s3queue.protocol.deadletters import DeadLetter, ErrorEntry
 from s3queue.protocol.keys import QueueKeys
-from s3queue.protocol.records import (
-    CANCELLED,
-    PENDING,
-    TOMBSTONE,
-    Marker,
-    Record,
-    decode_records,
-    foreign_record,
-)
-from s3queue.storage.base import Entry, Storage, new_token
+from s3queue.protocol.markers import Marker
+from s3queue.protocol.records import TOMBSTONE, Record, decode_records, foreign_record
+from s3queue.storage.base import Entry, Storage
 
 State = Literal["pending", "delayed", "in_flight"]
 
@@ -141,24 +134,21 @@ def cancel(storage: Storage, keys: QueueKeys, message_id: str) -> bool:
     `AlreadyDispatched` if a worker started it (or it was handled): the race is decided by the
     marker's CAS (module docstring).
     """
-    marker_key = keys.marker(message_id)
     while True:
-        obj = storage.get(marker_key)
-        if obj is None:
+        found = markers.read(storage, keys, message_id)
+        if found is None:
             raise MessageNotFound(
                 f"no message with the explicit id {message_id!r} in queue {keys.queue!r} "
                 "(cancel needs the id given to enqueue(id=...); it may also have been handled "
                 "long ago and its marker expired)"
             )
-        marker = Marker.decode(obj.body)
-        if marker.state == CANCELLED:
+        marker = found.marker
+        if marker.state == markers.CANCELLED:
             return False
-        if marker.state != PENDING:
+        if marker.state != markers.PENDING:
             raise AlreadyDispatched(_too_late(keys, message_id, marker), marker.state)
-        token = new_token()
-        cancelled = Marker(CANCELLED, marker.key).encode(token)
         try:
-            storage.put(marker_key, cancelled, if_match=obj.etag, token=token)
+            markers.cancel(storage, keys, message_id, found)
         except Conflict:
             continue  # started, moved to a retry copy, or cancelled meanwhile: read again
         if marker.key is not None:

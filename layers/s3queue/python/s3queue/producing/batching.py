@@ -31,6 +31,7 @@ new callers open the next batch, so writes overlap::
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -124,6 +125,7 @@ class GroupCommit:
         self._condition = _conditions(queue.clock)
         self._lock = self._condition()
         self._open: _Batch | None = None
+        self._pid = os.getpid()
 
     def enqueue(
         self,
@@ -176,6 +178,9 @@ class GroupCommit:
 
     def _join(self, entry: _Entry) -> _Batch | None:
         """Add `entry` to the open batch; the batch to write if this caller leads it."""
+        if self._pid != os.getpid():
+            # Forked while a batch was open: its leader is a thread of the parent, absent here.
+            self._pid, self._lock, self._open = os.getpid(), self._condition(), None
         with self._lock:
             batch = self._open
             leads = batch is None

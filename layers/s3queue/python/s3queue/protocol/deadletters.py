@@ -145,6 +145,23 @@ def decode_record(data: bytes) -> tuple[Record, str] | None:
         return None
 
 
+def redriving(data: bytes, key: str, *, pointed: bool, token: str) -> bytes:
+    """The dead letter `data`, marked as being redriven to the message key `key` (`pointed`:
+    its id's marker names `key` by now): a redrive run again finishes this one."""
+    doc = _document(data) or {}
+    doc.update({"token": token, "redrive": {"key": key, "pointed": pointed}})
+    return json.dumps(doc).encode()
+
+
+def redrive_state(data: bytes) -> tuple[str, bool] | None:
+    """(key, pointed) of a dead letter a redrive began (`redriving`); None if none did."""
+    doc = _document(data) or {}
+    state = doc.get("redrive")
+    if not isinstance(state, dict) or not isinstance(state.get("key"), str):
+        return None
+    return state["key"], bool(state.get("pointed"))
+
+
 def _document(data: bytes) -> dict[str, Any] | None:
     try:
         doc = json.loads(data)

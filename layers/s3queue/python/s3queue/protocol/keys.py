@@ -116,6 +116,14 @@ class _IdGenerator:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._last = 0
+        # A forked child starts afresh: its parent's last id would otherwise make two children
+        # of one millisecond both return `_last + 1`, and a lock held at the fork by another
+        # thread of the parent would never be released in the child.
+        os.register_at_fork(after_in_child=self._reset)
+
+    def _reset(self) -> None:
+        self._lock = threading.Lock()
+        self._last = 0
 
     def new(self, now_ms: int | None = None) -> str:
         with self._lock:

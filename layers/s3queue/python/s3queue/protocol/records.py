@@ -1,6 +1,7 @@
-"""Message records and dedup markers: the stored form of ``msg/`` objects and ``ids/`` markers.
+"""Message records: the stored form of ``msg/`` objects.
 
-Every message record, tombstone and marker is encoded and decoded here and nowhere else.
+Every message record and tombstone is encoded and decoded here and nowhere else (dedup
+markers: markers.py).
 """
 
 from __future__ import annotations
@@ -154,48 +155,6 @@ def foreign_record(
         return Record(foreign_id(name), json.loads(data), modified_ms, attributes=attrs)
     except (ValueError, UnicodeDecodeError):
         return Record(foreign_id(name), data, modified_ms, raw=True, attributes=attrs)
-
-
-PENDING, STARTED, DONE, CANCELLED = "pending", "started", "done", "cancelled"
-
-
-@dataclass(frozen=True, slots=True)
-class Marker:
-    """An explicit id's dedup marker (``ids/<id>``) and the state of its message.
-
-    ``pending`` (with its message's key) is put before the message (writer.py) and follows
-    its retry and released copies (apply.py); a worker CASes it to ``started`` before the
-    handler runs, and an operator's cancel CASes ``pending`` to ``cancelled`` (messages.py):
-    exactly one of the two wins. ``done`` when the message is handled (apply.py). ``done`` and
-    ``cancelled`` are final: the message never runs again and a repeated enqueue is a no-op.
-    """
-
-    state: str
-    key: str | None = None
-
-    @property
-    def done(self) -> bool:
-        return self.state == DONE
-
-    @property
-    def final(self) -> bool:
-        """Handled or cancelled: nothing of this id runs any more."""
-        return self.state in (DONE, CANCELLED)
-
-    def encode(self, token: str) -> bytes:
-        doc: dict[str, Any] = {"v": 1, "token": token, "state": self.state}
-        if self.key is not None:
-            doc["key"] = self.key
-        return json.dumps(doc).encode()
-
-    @classmethod
-    def decode(cls, data: bytes) -> Marker:
-        try:
-            doc = json.loads(data)
-            state, key = doc.get("state"), doc.get("key")
-        except (ValueError, AttributeError) as exc:
-            raise MalformedMessage("undecodable marker") from exc
-        return cls(str(state), key if isinstance(key, str) else None)
 
 
 def to_datetime(ms: int) -> datetime:

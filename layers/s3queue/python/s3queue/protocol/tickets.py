@@ -19,7 +19,8 @@ SHORT_TRACEBACK_CHARS = 512
 
 OutcomeKind = Literal["done", "retry", "dead", "release", "skip"]
 """done, retry, dead: the handler ran; release: it did not, the message goes back as it was;
-skip: an explicit-id message already handled (its marker is done), retired without running."""
+skip: an explicit-id message handled elsewhere (its marker is done, or names another key),
+retired without running."""
 TicketState = Literal["pending", "claimed", "committed"]
 
 

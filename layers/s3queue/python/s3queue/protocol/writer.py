@@ -21,8 +21,9 @@ import logging
 from s3queue.common.clock import Clock
 from s3queue.common.events import Emitter
 from s3queue.errors import Conflict, MalformedMessage
+from s3queue.protocol import markers
 from s3queue.protocol.keys import MsgKey, QueueKeys, new_id
-from s3queue.protocol.records import Marker, Record, encode_records
+from s3queue.protocol.records import Record, encode_records
 from s3queue.storage.base import Storage, new_token
 
 _log = logging.getLogger(__name__)
@@ -52,13 +53,13 @@ class Writer:
     def enqueued(self, message_id: str) -> bool:
         """Whether an enqueue of this explicit id already put its message (or it was handled):
         a repeated `enqueue_file` then uploads nothing."""
-        obj = self.storage.get(self.keys.marker(message_id))
-        if obj is None:
+        found = markers.read(self.storage, self.keys, message_id)
+        if found is None:
             return False
-        marker = Marker.decode(obj.body)
-        if marker.final:
-            return True
-        return marker.key is not None and self.storage.head(marker.key) is not None
+        marker = found.marker
+        return marker.final or (
+            marker.key is not None and self.storage.head(marker.key) is not None
+        )
 
     def send_one(self, keys: QueueKeys, record: Record, delay_ms: int, now: int) -> bool:
         """`key_for`, `encode` and `put_one`: see `put_one`."""
@@ -126,20 +127,18 @@ class Writer:
         A marker marked done means the message was handled: nothing to do. Otherwise the first
         call may have died between the two PUTs, so the message is put at the marker's key
         (If-None-Match: a no-op when it is there). Should it be handled and deleted between our
-        read of the marker and that PUT, the worker finds the marker done and skips it.
+        read of the marker and that PUT, the worker finds the marker done and skips it; should
+        it move on (a retry or released copy, a redrive), the marker names its new key and the
+        worker skips the re-created one too (`markers.may_run`).
         """
-        marker = self.keys.marker(record.id)
-        token = new_token()
         full = keys.msg_key(key)
-        body = Marker("pending", full).encode(token)
         try:
-            self.storage.put(marker, body, if_none_match=True, token=token)
+            markers.create(self.storage, self.keys, record.id, full)
         except Conflict:
-            obj = self.storage.get(marker)
-            existing = Marker.decode(obj.body) if obj is not None else Marker("pending")
-            if existing.final:  # handled, or cancelled: the id is used up
+            found = markers.read(self.storage, self.keys, record.id)
+            if found is not None and found.marker.final:  # handled, or cancelled: the id is used up
                 return key, False
-            full = existing.key or full
+            full = (found.marker.key if found else None) or full
             key = keys.parse_msg(full) or key
         try:
             self.create(full, data)

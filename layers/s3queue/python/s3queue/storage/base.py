@@ -11,13 +11,35 @@ from typing import BinaryIO, Protocol
 from s3queue.errors import Conflict, StorageError
 from s3queue.storage.streams import Source
 
-_counter = itertools.count()
-_PROCESS = os.urandom(6).hex()
+
+class _Tokens:
+    """Write tokens: 64 random bits drawn per process, and a counter.
+
+    A forked child must not share its parent's tokens (two processes that both take a won
+    race for their own write would both lead, or both claim): the random part is drawn again
+    in every child, at fork (`os.register_at_fork`), so processes forked after import (gunicorn
+    ``--preload``, Celery prefork, ``multiprocessing``) draw their own. Threads share one
+    counter, whose ``next`` is atomic.
+    """
+
+    def __init__(self) -> None:
+        self.redraw()
+
+    def redraw(self) -> None:
+        self.process = os.urandom(8).hex()
+        self.counter = itertools.count()
+
+    def new(self) -> str:
+        return f"{self.process}-{next(self.counter)}"
+
+
+_tokens = _Tokens()
+os.register_at_fork(after_in_child=_tokens.redraw)
 
 
 def new_token() -> str:
-    """A token unique to one write of this process (random process id + counter)."""
-    return f"{_PROCESS}-{next(_counter)}"
+    """A token unique to one write: across threads, processes (forked ones too) and hosts."""
+    return _tokens.new()
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,8 +87,9 @@ class Page:
 class Storage(Protocol):
     """Atomic single-key operations on one bucket (see the package docstring)."""
 
-    def get(self, key: str) -> Object | None:
-        """The object, or None if it does not exist."""
+    def get(self, key: str, *, if_match: str | None = None) -> Object | None:
+        """The object, or None if it does not exist. With `if_match`, `Conflict` if it is
+        another version (If-Match): a reader of one listed version never reads the next."""
         ...
 
     def head(self, key: str) -> Head | None:
@@ -114,8 +137,12 @@ class Storage(Protocol):
         is gone or another version. No byte passes through this process."""
         ...
 
-    def delete_many(self, keys: Iterable[str]) -> None:
-        """Delete up to 1,000 keys in one request; missing keys are fine."""
+    def delete_many(
+        self, keys: Iterable[str], *, if_match: Mapping[str, str] | None = None
+    ) -> None:
+        """Delete up to 1,000 keys in one request; missing keys are fine. A key `if_match` maps
+        to an ETag is deleted only at that version (the ETag in DeleteObjects): another version
+        is left in place, silently (it is another object to its caller)."""
         ...
 
     def list(self, prefix: str, *, start_after: str | None = None, limit: int = 1000) -> Page:

@@ -39,11 +39,13 @@ class MemoryStorage:
         self._keys: list[str] = []
         self._lock = threading.Lock()
 
-    def get(self, key: str) -> Object | None:
+    def get(self, key: str, *, if_match: str | None = None) -> Object | None:
         with self._lock:
             stored = self._objects.get(key)
             if stored is None:
                 return None
+            if if_match is not None and stored.etag != if_match:
+                raise Conflict(f"{key} changed")
             return Object(key, stored.body, stored.etag, stored.modified_ms, dict(stored.metadata))
 
     def head(self, key: str) -> Head | None:
@@ -135,10 +137,14 @@ class MemoryStorage:
                 raise Conflict(f"copy source {source} is gone or changed")
         self.put(dest, stored.body)
 
-    def delete_many(self, keys: Iterable[str]) -> None:
+    def delete_many(
+        self, keys: Iterable[str], *, if_match: Mapping[str, str] | None = None
+    ) -> None:
+        versions = if_match or {}
         with self._lock:
             for key in keys:
-                if key in self._objects:
+                stored = self._objects.get(key)
+                if stored is not None and versions.get(key, stored.etag) == stored.etag:
                     self._remove(key)
 
     def _remove(self, key: str) -> None:

@@ -48,10 +48,12 @@ S3 answers) and `streams.py` (the resumable stream).
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import os
 import random
 import time
+import weakref
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, BinaryIO
 
@@ -119,6 +121,9 @@ class S3Storage:
         copy_limit: int = COPY_LIMIT,
     ) -> None:
         self._client = client
+        # A child forked after this storage was used holds its parent's pooled connections: a
+        # request of each on one socket would read the other's response. Drop them in the child.
+        os.register_at_fork(after_in_child=functools.partial(_drop_connections, weakref.ref(self)))
         # Memory of a managed upload from a file object: up to about 2 x threads parts.
         self._transfer = TransferConfig(
             multipart_threshold=part_bytes,
@@ -134,9 +139,11 @@ class S3Storage:
             "needs-retry.s3.PutObject", no_blind_resend, unique_id="s3queue-create-once"
         )
 
-    def get(self, key: str) -> Object | None:
+    def get(self, key: str, *, if_match: str | None = None) -> Object | None:
+        params: dict[str, Any] = {"IfMatch": f'"{if_match}"'} if if_match is not None else {}
+
         def fetch() -> Object:
-            response = self._client.get_object(Bucket=self.bucket, Key=key)
+            response = self._client.get_object(Bucket=self.bucket, Key=key, **params)
             # Read inside the retried call: a connection dropped mid-body is retried too.
             body = response["Body"].read()
             meta = _user_metadata(response)
@@ -146,6 +153,10 @@ class S3Storage:
             return self._retry.run("GetObject", key, fetch)
         except _Missing:
             return None
+        except Conflict:
+            if self.head(key) is None:  # SeaweedFS answers 412 to If-Match on a missing key
+                return None
+            raise
 
     def head(self, key: str) -> Head | None:
         try:
@@ -298,15 +309,24 @@ class S3Storage:
                 error = Conflict(f"copy source {source} is gone")
             raise error from exc
 
-    def delete_many(self, keys: Iterable[str]) -> None:
+    def delete_many(
+        self, keys: Iterable[str], *, if_match: Mapping[str, str] | None = None
+    ) -> None:
         batch = list(keys)
+        versions = if_match or {}
         for start in range(0, len(batch), MAX_KEYS):
             chunk = batch[start : start + MAX_KEYS]
-            objects = [{"Key": key} for key in chunk]
+            objects = [_identifier(key, versions.get(key)) for key in chunk]
             response = self._call(
                 "delete_objects", chunk[0], Delete={"Objects": objects, "Quiet": True}
             )
-            errors = [e for e in response.get("Errors", []) if e.get("Code") != "NoSuchKey"]
+            # PreconditionFailed: another version, left in place as asked (as is a key whose
+            # If-Match SeaweedFS answers 412 to because it is missing).
+            errors = [
+                e
+                for e in response.get("Errors", [])
+                if e.get("Code") not in ("NoSuchKey", "PreconditionFailed")
+            ]
             if errors:
                 first = errors[0]
                 raise StorageError(
@@ -362,6 +382,21 @@ class S3Storage:
             name, key, lambda: operation(Bucket=self.bucket, **params)
         )
         return result
+
+
+def _identifier(key: str, etag: str | None) -> dict[str, str]:
+    """One key of a DeleteObjects request, conditional on its ETag when one is given."""
+    return {"Key": key} if etag is None else {"Key": key, "ETag": f'"{etag}"'}
+
+
+def _drop_connections(ref: weakref.ReferenceType[S3Storage]) -> None:
+    """In a forked child: close the pooled connections the client inherited (the parent keeps
+    its own; new ones are made on the next request)."""
+    storage = ref()
+    session = getattr(getattr(storage and storage._client, "_endpoint", None), "http_session", None)
+    close = getattr(session, "close", None)
+    if close is not None:
+        close()
 
 
 def _user_metadata(response: dict[str, Any]) -> dict[str, str]:

@@ -24,13 +24,12 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable
 
-from s3queue.errors import Conflict, MalformedMessage
-from s3queue.protocol import deadletters
+from s3queue.errors import Conflict
+from s3queue.protocol import deadletters, markers
 from s3queue.protocol.keys import MsgKey, QueueKeys, ticket_name
 from s3queue.protocol.payload import kept_name
 from s3queue.protocol.records import (
     TOMBSTONE,
-    Marker,
     Payload,
     Record,
     encode_records,
@@ -87,7 +86,8 @@ def _untouched(keys: QueueKeys, ticket: Ticket, ref: Ref, outcomes: list[Outcome
 
 
 def _retire(storage: Storage, keys: QueueKeys, ticket: Ticket, sources: list[str]) -> None:
-    """Delete original messages, tombstone copies, delete inbox objects if unchanged."""
+    """Delete original messages and inbox objects if unchanged (the listed ETag), tombstone
+    copies."""
     etags = {r.key: r.etag for r in ticket.refs}
     originals: list[str] = []
     for key in sources:
@@ -104,7 +104,8 @@ def _retire(storage: Storage, keys: QueueKeys, ticket: Ticket, sources: list[str
             with contextlib.suppress(Conflict):
                 storage.delete(key, if_match=etags[key])
     if originals:
-        storage.delete_many(originals)
+        # If-Match: a key another service PUT again since it was listed holds a new message.
+        storage.delete_many(originals, if_match={key: etags[key] for key in originals})
 
 
 def _apply_ref(
@@ -135,7 +136,7 @@ def _apply_ref(
         else:
             _apply_outcome(storage, keys, ticket, ref, source, record, outcome, delivered)
     if released:
-        _put_released(storage, keys, ticket, origin, source, released)
+        _put_released(storage, keys, ticket, origin, source, released, ref.key)
     return finished
 
 
@@ -200,11 +201,11 @@ def _apply_outcome(
     """A handled record: a retry copy, a dead letter, and an explicit id's marker done."""
     attempt = outcome.attempt or delivered
     if outcome.kind == "retry":
-        _put_retry(storage, keys, record, outcome, attempt, source, ticket)
+        _put_retry(storage, keys, record, outcome, attempt, source, ticket, ref.key)
     elif outcome.kind == "dead":
         _put_dead(storage, keys, record, outcome, attempt, ref.key)
     if outcome.kind in ("done", "dead") and record.dedup:
-        _mark_done(storage, keys, record.id)
+        markers.mark_done(storage, keys, record.id, ref.key)
 
 
 def _put_released(
@@ -214,6 +215,7 @@ def _put_released(
     origin: str,
     source: MsgKey | None,
     released: list[Record],
+    ref_key: str,
 ) -> None:
     """One copy of a ref's released records: a group's in its place in line, else at commit."""
     grouped = source is not None and source.group is not None
@@ -230,7 +232,7 @@ def _put_released(
     _create(storage, keys.msg_key(key), encode_records(released, new_token()))
     for record in released:
         if record.dedup:
-            _follow_marker(storage, keys, record.id, keys.msg_key(key))
+            markers.point_from(storage, keys, record.id, ref_key, keys.msg_key(key))
 
 
 def _with(record: Record, **changes: object) -> Record:
@@ -247,6 +249,7 @@ def _put_retry(
     attempt: int,
     source: MsgKey | None,
     ticket: Ticket,
+    ref_key: str,
 ) -> None:
     error = deadletters.error_entry(attempt, outcome.at_ms, outcome.error, outcome.traceback)
     retry = _with(record, attempt=attempt + 1, errors=[*record.errors, error])
@@ -259,39 +262,10 @@ def _put_retry(
         key = MsgKey(max(due, ticket.committed_ms), record.id, None, 0, 1, origin)
     _create(storage, keys.msg_key(key), encode_records([retry], new_token()))
     if record.dedup:
-        _follow_marker(storage, keys, record.id, keys.msg_key(key))
-
-
-def _follow_marker(storage: Storage, keys: QueueKeys, message_id: str, copy_key: str) -> None:
-    """Point a pending explicit id's marker at the message's new copy: a repeated enqueue
-    with that id then finds the copy (its PUT is a no-op), instead of putting the message
-    again at its first key, deleted once this copy was made. Conflict: the marker changed
-    (done, or moved by an earlier apply of this commit): leave it."""
-    found = read_marker(storage, keys, message_id)
-    if found is None:
-        return
-    marker, etag = found
-    if marker.final or marker.key == copy_key:  # a cancelled id stays cancelled
-        return
-    token = new_token()
-    with contextlib.suppress(Conflict):
-        storage.put(
-            keys.marker(message_id),
-            Marker("pending", copy_key).encode(token),
-            if_match=etag,
-            token=token,
-        )
-
-
-def read_marker(storage: Storage, keys: QueueKeys, message_id: str) -> tuple[Marker, str] | None:
-    """An explicit id's marker and its ETag; None if there is none or it cannot be read."""
-    obj = storage.get(keys.marker(message_id))
-    if obj is None:
-        return None
-    try:
-        return Marker.decode(obj.body), obj.etag
-    except MalformedMessage:
-        return None
+        # The marker follows the message from the handled record to its copy: a repeated
+        # enqueue then finds the copy (its PUT a no-op) instead of putting the message again
+        # at its first key, deleted once this copy was made (markers.point_from).
+        markers.point_from(storage, keys, record.id, ref_key, keys.msg_key(key))
 
 
 def _put_dead(
@@ -314,11 +288,6 @@ def _put_dead(
         traceback=outcome.traceback,
     )
     _create(storage, keys.dead(outcome.at_ms, record.id), entry)
-
-
-def _mark_done(storage: Storage, keys: QueueKeys, message_id: str) -> None:
-    token = new_token()
-    storage.put(keys.marker(message_id), Marker("done").encode(token), token=token)
 
 
 def _create(storage: Storage, key: str, body: bytes) -> None:

@@ -22,13 +22,13 @@ from s3queue.common.events import Emitter
 from s3queue.contract.settings import QueueSettings
 from s3queue.errors import Conflict, PayloadMissing, PermanentError, StorageError
 from s3queue.message import Message
+from s3queue.protocol import markers
 from s3queue.protocol.deadletters import format_traceback
 from s3queue.protocol.keys import QueueKeys
 from s3queue.protocol.payload import open_payload
-from s3queue.protocol.records import STARTED, Marker, Record, to_datetime
+from s3queue.protocol.records import Record, to_datetime
 from s3queue.protocol.tickets import Outcome, OutcomeKind, Ref
-from s3queue.storage.base import Storage, new_token
-from s3queue.working.apply import read_marker
+from s3queue.storage.base import Storage
 
 Handler = Callable[[Message], object]
 
@@ -74,7 +74,8 @@ class Runner:
                 f"delivered {attempt - 1} times (its handler started each time; the lease "
                 f"expired {expired} of them while it ran)"
             )
-            return self.outcome(ref, record, "dead", why, attempt)
+            # Not started this time: its attempts are the deliveries that did start.
+            return self.outcome(ref, record, "dead", why, attempt - 1)
         if record.dedup:
             not_started = self._explicit(ref, record, attempt, now)
             if not_started is not None:
@@ -172,37 +173,40 @@ class Runner:
     def _explicit(self, ref: Ref, record: Record, attempt: int, now: int) -> Outcome | None:
         """None if the explicit-id message may run; else its outcome without running."""
         try:
-            skip = self._start_explicit(record.id)
+            skip = self._start_explicit(record.id, ref.key)
         except StorageError as exc:  # its marker could not be settled: run it later
             kind: OutcomeKind = "dead" if attempt > self.settings.max_retries else "retry"
             return self.outcome(ref, record, kind, _describe(exc), attempt)
         if skip is None:
             return None
-        # Handled already (put again by a repeated enqueue), or cancelled: retire it.
+        # Handled already, moved on to another key (a retry copy that runs in its place; this
+        # one was put again by a repeated enqueue), or cancelled: retire it, run nothing.
         self.emit("skip", now, message_id=record.id, reason=skip)
         return Outcome(ref.key, record.id, "skip", now, None, 0, attempt)
 
-    def _start_explicit(self, message_id: str) -> str | None:
+    def _start_explicit(self, message_id: str, key: str) -> str | None:
         """Claim an explicit id's run on its marker: None to run the handler, else why not.
 
         ``pending`` becomes ``started`` by CAS, so a cancel (which CASes ``pending`` to
         ``cancelled``) and this start cannot both win: a cancel that lost says so, and a start
-        that lost finds ``cancelled`` and runs nothing. ``started`` is a redelivery: run. No
+        that lost finds ``cancelled`` and runs nothing. ``started`` is a redelivery: run. A
+        marker that names another key means the message moved on (`markers.may_run`). No
         marker (expired by the lifecycle rule): run, as before markers could be cancelled.
         """
         for _ in range(MARKER_ROUNDS):
-            found = read_marker(self.storage, self.keys, message_id)
-            if found is None:
+            found = markers.read(self.storage, self.keys, message_id)
+            if not markers.may_run(found, key):
+                assert found is not None
+                marker = found.marker
+                return (
+                    "cancelled"
+                    if marker.state == markers.CANCELLED
+                    else ("explicit id handled" if marker.done else "explicit id handled elsewhere")
+                )
+            if found is None or found.marker.state == markers.STARTED:
                 return None
-            marker, etag = found
-            if marker.final:
-                return "explicit id already handled" if marker.done else "cancelled"
-            if marker.state == STARTED:
-                return None
-            token = new_token()
-            started = Marker(STARTED, marker.key).encode(token)
             try:
-                self.storage.put(self.keys.marker(message_id), started, if_match=etag, token=token)
+                markers.start(self.storage, self.keys, message_id, found)
             except Conflict:
                 continue  # cancelled, done or moved meanwhile: read it again
             return None

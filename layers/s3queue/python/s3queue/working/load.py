@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from s3queue.errors import MalformedMessage
+from s3queue.errors import Conflict, MalformedMessage
 from s3queue.protocol.attributes import from_metadata
 from s3queue.protocol.keys import QueueKeys
 from s3queue.protocol.records import Payload, Record, decode_records, foreign_id
@@ -26,16 +26,24 @@ def load_ref(storage: Storage, keys: QueueKeys, ref: Ref, max_bytes: int) -> Loa
     """GET a ref's object and decode it; None if it is gone (its outcomes were applied).
 
     An object another service put that is larger than `max_bytes` is not read: a HEAD gives
-    its metadata, and its message's payload is the object itself (payload.py)."""
+    its metadata, and its message's payload is the object itself (payload.py).
+
+    An object another service put is read at the version the ticket lists (If-Match; a HEAD
+    that finds another ETag): a re-PUT of its key is another message, which this ticket must
+    neither run nor retire. Should the listed version be overwritten before it is read, it is
+    gone from S3 (None here), and the new one is dispatched on its own."""
     name = ref.key[len(keys.root) :]
     library = keys.owning(ref.key).parse_msg(ref.key) is not None
     if not library and ref.size > max_bytes:
         head = storage.head(ref.key)
-        if head is None:
+        if head is None or head.etag != ref.etag:
             return None
         payload = Payload(ref.key, head.size, head.etag)
         return Loaded([_large(name, payload, head.last_modified_ms, head.metadata)])
-    obj = storage.get(ref.key)
+    try:
+        obj = storage.get(ref.key, if_match=None if library else ref.etag)
+    except Conflict:
+        return None  # another version: not this ref's message
     if obj is None or keys.is_tombstone(ref.key, len(obj.body)):
         return None
     if library:
