@@ -6,10 +6,14 @@ STAMP := $(VENV)/.installed-dev
 
 .PHONY: install test unit lint format demo synth bench clean
 
-$(STAMP): pyproject.toml
+HANDLER_REQUIREMENTS := functions/handlers/requirements.txt
+
+$(STAMP): pyproject.toml $(HANDLER_REQUIREMENTS)
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[dev,cdk,bench]'
+	# What the handlers import, for local runs (make synth installs it for Lambda itself)
+	$(PY) -m pip install --quiet -r $(HANDLER_REQUIREMENTS)
 	touch $(STAMP)
 
 install: $(STAMP)

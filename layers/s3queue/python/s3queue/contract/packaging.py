@@ -10,7 +10,9 @@ from __future__ import annotations
 from fnmatch import fnmatchcase
 from pathlib import PurePosixPath
 
-LAYER_EXCLUDES = ("**/__pycache__", "**/*.pyc", "**/*.egg-info", "python/s3queue/local")
+LOCAL_TOOLS = "local"
+"""The subpackage of ``s3queue`` that never ships in the layer."""
+LAYER_EXCLUDES = ("**/__pycache__", "**/*.pyc", "**/*.egg-info", f"python/s3queue/{LOCAL_TOOLS}")
 """Glob patterns in the CDK asset's syntax (`IgnoreMode.GLOB`); a directory takes its files."""
 
 
