@@ -32,6 +32,12 @@ unit: install
 rehearsal: install
 	$(PY) -m pytest -q -p no:cacheprovider -m rehearsal
 
+## make install-test: build the wheel, install it with its extras into a fresh virtualenv,
+## enqueue, drain and synthesize from another project's folder (part of make test)
+.PHONY: install-test
+install-test: install
+	$(PY) -m pytest -q -p no:cacheprovider -m install
+
 lint: install
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .

@@ -231,3 +231,16 @@ def test_the_contract_modules_load_no_queue_logic() -> None:
         )
     ]
     assert heavy == []
+
+
+def test_every_subpackage_is_in_the_distribution() -> None:
+    # pyproject.toml lists the packages (three source folders make one wheel): a new folder of
+    # the core must be listed there too, or the wheel ships without it.
+    import tomllib
+
+    listed = set(
+        tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]
+    )
+    folders = {module_name(p) for p in CORE.rglob("__init__.py")}
+    assert folders <= listed, sorted(folders - listed)
+    assert {"s3queue_cdk", "s3queue_cdk.entrypoints.worker"} <= listed

@@ -22,7 +22,7 @@ from s3queue_cdk.storage import QueueStorage
 from s3queue_cdk.workers import Worker, deployed_settings
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-PACKAGED_FUNCTIONS = Path(__file__).resolve().parent / "functions"
+PACKAGED_FUNCTIONS = Path(__file__).resolve().parent / "entrypoints"
 """The entry points (``coordinator/``, ``worker/``) as the ``s3queue[cdk]`` wheel ships them."""
 FUNCTIONS_DIR = PACKAGED_FUNCTIONS if PACKAGED_FUNCTIONS.is_dir() else REPO_ROOT / "functions"
 """``coordinator/`` and ``worker/``: the installed package's, else this checkout's."""
