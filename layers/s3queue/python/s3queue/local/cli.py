@@ -193,6 +193,11 @@ def _dev_commands(add: Add) -> None:
     )
     demo = add("demo", dev.cmd_demo, "enqueue a realistic mix on an embedded S3, run it to the end")
     _runtime_options(demo)
+    add(
+        "env",
+        dev.cmd_env,
+        'export lines for this folder\'s `s3queue dev` server: eval "$(s3queue env)"',
+    )
 
 
 def _lease_options(parser: argparse.ArgumentParser) -> None:

@@ -18,6 +18,7 @@ from types import FrameType
 from s3queue.contract.discovery import discover_handlers
 from s3queue.contract.settings import CoordinatorSettings
 from s3queue.local.console import Connection, ProgressLine, UsageError, print_summary
+from s3queue.local.hosting import LOCK_NAME, alive, answers, preferred_port
 from s3queue.local.monitor import retry_unreachable
 from s3queue.local.runtime import LOCAL_COORDINATION, run_local
 from s3queue.local.seaweed import ANY_CREDENTIALS
@@ -96,11 +97,67 @@ def _connect(
 ) -> Connection | None:
     """The embedded server, or ``--endpoint-url`` waited for while unreachable; None if stopped."""
     if not args.endpoint_url:
+        moved = adopt_nested_data(Path(DEV_DATA))
+        if moved:
+            print(f"Moved {moved} data of an earlier version up into {DEV_DATA}.", file=sys.stderr)
         return Connection.open_or_embed(args, stack, data_dir=DEV_DATA, bucket=DEV_BUCKET)
     opened: list[Connection] = []
     if not retry_unreachable(lambda: opened.append(Connection.open(args)), stop, wait=True):
         return None
     return opened[0]
+
+
+def adopt_nested_data(data_dir: Path) -> int:
+    """Move a server's files from ``<data_dir>/<DEV_DATA>`` up into `data_dir`; how many.
+
+    Earlier versions started SeaweedFS in `data_dir` with a relative ``-dir``, so its files
+    landed in ``.s3queue-dev/s3/.s3queue-dev/s3``. Nothing is moved over a file of the same
+    name: a `data_dir` that has data of its own keeps it, and the nested copy stays.
+    """
+    nested = data_dir / DEV_DATA
+    if not nested.is_dir() or (data_dir / "filerldb2").exists():
+        return 0
+    moved = 0
+    for entry in sorted(nested.iterdir()):
+        if not (data_dir / entry.name).exists():
+            entry.rename(data_dir / entry.name)
+            moved += 1
+    if not any(nested.iterdir()):
+        shutil.rmtree(data_dir / Path(DEV_DATA).parts[0])
+    return moved
+
+
+def cmd_env(args: argparse.Namespace) -> int:
+    """`s3queue env`: export lines for this folder's embedded S3 (``eval "$(s3queue env)"``)."""
+    data = Path(DEV_DATA).resolve()
+    url = running_endpoint(data) or f"http://127.0.0.1:{preferred_port(data)}"
+    key, secret = ANY_CREDENTIALS
+    for name, value in (
+        ("S3QUEUE_ENDPOINT_URL", url),
+        ("AWS_ENDPOINT_URL_S3", url),
+        ("S3QUEUE_BUCKET", args.bucket or DEV_BUCKET),
+        ("AWS_ACCESS_KEY_ID", key),
+        ("AWS_SECRET_ACCESS_KEY", secret),
+        ("AWS_REGION", "us-east-1"),
+    ):
+        print(f"export {name}={shlex.quote(value)}")
+    if not answers(url):
+        print(
+            f"# no s3queue dev serves this folder now; started here, it will listen at {url}",
+            file=sys.stderr,
+        )
+    return 0
+
+
+def running_endpoint(data_dir: Path) -> str | None:
+    """The endpoint the lock file of `data_dir` names, if its holder is alive."""
+    try:
+        fields = (data_dir / LOCK_NAME).read_text().split()
+    except OSError:
+        return None
+    if len(fields) >= 2 and fields[0].isdigit() and alive(int(fields[0])):
+        return fields[1]
+    return None
 
 
 @contextmanager
@@ -151,10 +208,11 @@ def hint(conn: Connection, handlers: str, queues: list[str]) -> str:
     body = shlex.quote(json.dumps(EXAMPLE_BODIES.get(queue, {"hello": "world"})))
     folder = shlex.quote(str(Path(handlers).resolve()))
     return (
-        f"Embedded S3 at {url}, bucket {conn.bucket} (data in {DEV_DATA}). From another shell:\n"
-        f"  export S3QUEUE_ENDPOINT_URL={url} AWS_ENDPOINT_URL_S3={url} "
-        f"S3QUEUE_BUCKET={conn.bucket} AWS_ACCESS_KEY_ID={key} AWS_SECRET_ACCESS_KEY={secret} "
-        "AWS_REGION=us-east-1\n"
+        f"Embedded S3 at {url}, bucket {conn.bucket} (data in {DEV_DATA}; the port stays "
+        "with this folder). From another shell in this folder:\n"
+        f'  eval "$({command_name()} env)"   # or: export S3QUEUE_ENDPOINT_URL={url} '
+        f"AWS_ENDPOINT_URL_S3={url} S3QUEUE_BUCKET={conn.bucket} AWS_ACCESS_KEY_ID={key} "
+        f"AWS_SECRET_ACCESS_KEY={secret} AWS_REGION=us-east-1\n"
         f"  {command_name()} enqueue --handlers {folder} {queue} {body}\n"
         f"  aws s3 ls --recursive s3://{conn.bucket}/{conn.prefix}/   # awscli, or any SDK"
     )
