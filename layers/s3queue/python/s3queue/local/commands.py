@@ -101,17 +101,48 @@ def cmd_stats(args: argparse.Namespace) -> int:
         print(json.dumps(rows if not args.queue else rows[0], indent=2))
         return 0
     if args.partitions:
-        heads = ("queue", "partition", "pending", "delayed", "in_flight", "oldest_age_s")
-        table = [
-            [row["queue"], name or "(default)", *(part[c] for c in heads[2:])]
-            for row in rows
-            for name, part in row["partitions"].items()
-        ]
-        print_table(heads, table)
+        print_table(PARTITION_COLUMNS, partition_rows(conn, rows))
         return 0
     columns = ("queue", "pending", "delayed", "in_flight", "dead", "tickets", "oldest_age_s")
     print_table(columns, [[row[c] for c in columns] for row in rows])
     return 0
+
+
+PARTITION_COLUMNS = (
+    "queue",
+    "partition",
+    "pending",
+    "delayed",
+    "in_flight",
+    "dead",
+    "oldest_age_s",
+)
+
+
+def partition_rows(conn: Connection, rows: list[Any]) -> list[list[Any]]:
+    """A row per partition of each queue, with its dead letters (one GET per dead letter: a
+    dead letter's partition is in its record, not its key)."""
+    table: list[list[Any]] = []
+    for row in rows:
+        dead: dict[str, int] = {}
+        for entry in conn.queue(row["queue"]).dead_letters(limit=None):
+            name = entry.get("partition") or ""
+            dead[name] = dead.get(name, 0) + 1
+        parts = row["partitions"]
+        for name in sorted(set(parts) | set(dead)):
+            counts = parts.get(name) or {"pending": 0, "delayed": 0, "in_flight": 0}
+            table.append(
+                [
+                    row["queue"],
+                    name or "(default)",
+                    counts["pending"],
+                    counts["delayed"],
+                    counts["in_flight"],
+                    dead.get(name, 0),
+                    counts.get("oldest_age_s", 0.0),
+                ]
+            )
+    return table
 
 
 def cmd_dlq(args: argparse.Namespace) -> int:
