@@ -1,8 +1,12 @@
 """Loading handlers for the local runtime: a folder of handler modules, or a dict of callables.
 
 A folder is read with `discover_handlers` (queue names and ``SETTINGS``), then each module is
-imported from its file. The folder's parent goes on ``sys.path`` (appended) as ``/var/task``
-is on Lambda, so a handler importing ``handlers._shared`` works the same in both places.
+imported from its file as ``handlers.<queue>``, the name the worker Lambda imports it by
+(whatever the folder's own name: the deployed asset calls it ``handlers/``), so names derived
+from the module (Powertools Idempotency's keys) are the same in both places, and a handler
+importing ``handlers._shared`` works in both. The folder's parent also goes on ``sys.path``
+(appended) as ``/var/task`` is on Lambda. A second folder loaded into the same process (tests
+do that) cannot be ``handlers`` too: its modules get private names.
 """
 
 from __future__ import annotations
@@ -11,6 +15,7 @@ import hashlib
 import importlib.util
 import os
 import sys
+import types
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +28,8 @@ from s3queue.protocol.keys import check_queue_name
 from s3queue.working.typed import bind
 from s3queue.working.worker import Handler
 
+HANDLERS_PACKAGE = "handlers"
+"""The package the worker Lambda imports handler modules from (``functions/worker/app.py``)."""
 Handlers = str | os.PathLike[str] | Mapping[str, Handler]
 """A folder of handler modules, or ``{queue: callable}``."""
 
@@ -64,6 +71,21 @@ def with_overrides(settings: QueueSettings, overrides: Mapping[str, Any] | None)
     return QueueSettings.from_mapping({**settings.to_dict(), **overrides})
 
 
+def module_name(resolved: Path) -> str:
+    """``handlers.<queue>`` as on Lambda, the folder registered as package ``handlers``; a
+    private name if ``handlers`` is another folder already."""
+    folder = str(resolved.parent)
+    package = sys.modules.get(HANDLERS_PACKAGE)
+    if package is None:
+        package = types.ModuleType(HANDLERS_PACKAGE)
+        package.__path__ = [folder]
+        sys.modules[HANDLERS_PACKAGE] = package
+    if list(getattr(package, "__path__", [])) == [folder]:
+        return f"{HANDLERS_PACKAGE}.{resolved.stem}"
+    digest = hashlib.sha1(folder.encode(), usedforsecurity=False).hexdigest()[:8]
+    return f"_s3queue_handler_{digest}_{resolved.stem}"
+
+
 def import_handler(path: Path) -> Handler:
     """The ``handle`` function of the module at `path`, bound to its body model if it declares
     one (`s3queue.working.typed`); `ConfigError` if it cannot be had."""
@@ -71,9 +93,10 @@ def import_handler(path: Path) -> Handler:
     root = str(resolved.parent.parent)
     if root not in sys.path:
         sys.path.append(root)
-    digest = hashlib.sha1(str(resolved).encode(), usedforsecurity=False).hexdigest()[:8]
-    name = f"_s3queue_handler_{digest}_{path.stem}"
+    name = module_name(resolved)
     module = sys.modules.get(name)
+    if module is not None and Path(getattr(module, "__file__", "") or "") != resolved:
+        module = None  # ``handlers.<queue>`` of another folder: never reached, see module_name
     if module is None:
         spec = importlib.util.spec_from_file_location(name, resolved)
         if spec is None or spec.loader is None:
