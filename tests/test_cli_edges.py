@@ -118,3 +118,11 @@ def test_the_progress_line_fits_the_terminal_it_is_drawn_on(
 
 def test_fit_cuts_only_what_nothing_shorter_describes() -> None:
     assert fit(SNAPSHOT, 20) == "3 queues: 36 pend..."
+
+
+@pytest.mark.s3
+def test_a_worker_with_no_dispatcher_says_so(cli: Any, tmp_path: Any) -> None:
+    (tmp_path / "jobs.py").write_text("def handle(message):\n    return None\n")
+    code, _, err = cli("worker", "--drain", "--handlers", str(tmp_path))
+    assert code == 0, err
+    assert "warning: no dispatcher: no coordinator led any queue" in err

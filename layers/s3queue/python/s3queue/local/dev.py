@@ -18,6 +18,7 @@ from types import FrameType
 from s3queue.contract.discovery import discover_handlers
 from s3queue.contract.settings import CoordinatorSettings
 from s3queue.local.console import Connection, ProgressLine, UsageError, print_summary
+from s3queue.local.dispatchers import DispatcherWatch
 from s3queue.local.hosting import LOCK_NAME, alive, answers, preferred_port
 from s3queue.local.monitor import retry_unreachable
 from s3queue.local.runtime import LOCAL_COORDINATION, run_local
@@ -68,6 +69,8 @@ def cmd_dev(args: argparse.Namespace, *, coordinate: bool = True) -> int:
             "restart after editing one.",
             file=sys.stderr,
         )
+        if not coordinate:
+            _watch_dispatchers(conn, args.prefix, queues, stop)
         line = ProgressLine(sys.stderr)
         summary = run_local(
             args.handlers,
@@ -85,6 +88,16 @@ def cmd_dev(args: argparse.Namespace, *, coordinate: bool = True) -> int:
         line.close()
         print_summary(summary, sys.stdout)
     return INTERRUPTED if interrupted.is_set() else 0
+
+
+def _watch_dispatchers(
+    conn: Connection, prefix: str, queues: list[str], stop: threading.Event
+) -> None:
+    """`s3queue worker` warns while nothing dispatches its queues (`DispatcherWatch`)."""
+    watch = DispatcherWatch(
+        conn.storage, prefix, queues, lambda text: print(text, file=sys.stderr), bucket=conn.bucket
+    )
+    watch.start(stop)
 
 
 def _coordination(args: argparse.Namespace) -> CoordinatorSettings:
