@@ -180,6 +180,7 @@ def _dev_commands(add: Add) -> None:
     run.add_argument(
         "--port", type=_port, help="S3 port of the embedded server (default: a free one)"
     )
+    _reload_option(run)
     _lease_options(run)
     work = add(
         "worker",
@@ -191,12 +192,21 @@ def _dev_commands(add: Add) -> None:
     work.add_argument(
         "--port", type=_port, help="S3 port of the embedded server (default: a free one)"
     )
+    _reload_option(work)
     demo = add("demo", dev.cmd_demo, "enqueue a realistic mix on an embedded S3, run it to the end")
     _runtime_options(demo)
     add(
         "env",
         dev.cmd_env,
         'export lines for this folder\'s `s3queue dev` server: eval "$(s3queue env)"',
+    )
+
+
+def _reload_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--reload",
+        action="store_true",
+        help="run again with fresh handler modules when a file of --handlers changes",
     )
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import shlex
 import shutil
@@ -21,7 +22,8 @@ from s3queue.local.console import Connection, ProgressLine, UsageError, print_su
 from s3queue.local.dispatchers import DispatcherWatch
 from s3queue.local.hosting import LOCK_NAME, alive, answers, preferred_port
 from s3queue.local.monitor import retry_unreachable
-from s3queue.local.runtime import LOCAL_COORDINATION, run_local
+from s3queue.local.reloading import run_reloading
+from s3queue.local.runtime import LOCAL_COORDINATION, RunSummary, run_local
 from s3queue.local.seaweed import ANY_CREDENTIALS
 
 DEFAULT_HANDLERS = "functions/handlers"
@@ -64,30 +66,52 @@ def cmd_dev(args: argparse.Namespace, *, coordinate: bool = True) -> int:
             return INTERRUPTED
         if conn.server is not None:
             print(hint(conn, args.handlers, queues), file=sys.stderr)
+        reload = bool(getattr(args, "reload", False))
         print(
-            "Running; Ctrl-C stops (a second Ctrl-C aborts). Handler modules are loaded once: "
-            "restart after editing one.",
+            "Running; Ctrl-C stops (a second Ctrl-C aborts). "
+            + (
+                "Handler modules reload when one changes."
+                if reload
+                else "Handler modules are loaded once: restart after editing one (or --reload)."
+            ),
             file=sys.stderr,
         )
         if not coordinate:
             _watch_dispatchers(conn, args.prefix, queues, stop)
         line = ProgressLine(sys.stderr)
-        summary = run_local(
-            args.handlers,
-            bucket=conn.bucket,
-            s3=conn.client,
-            workers=args.workers,
-            drain=args.drain,
-            prefix=args.prefix,
-            overrides=values,
-            progress=line.update,
-            stop=stop,
-            coordination=_coordination(args) if coordinate else LOCAL_COORDINATION,
-            coordinate=coordinate,
-        )
+        run = functools.partial(_run, args, conn, values, line, coordinate)
+        summary = run_reloading(run, Path(args.handlers), stop, _note) if reload else run(stop)
         line.close()
         print_summary(summary, sys.stdout)
     return INTERRUPTED if interrupted.is_set() else 0
+
+
+def _run(
+    args: argparse.Namespace,
+    conn: Connection,
+    values: dict[str, float],
+    line: ProgressLine,
+    coordinate: bool,
+    stop: threading.Event,
+) -> RunSummary:
+    """One run of the local runtime until `stop` (or drained, with --drain)."""
+    return run_local(
+        args.handlers,
+        bucket=conn.bucket,
+        s3=conn.client,
+        workers=args.workers,
+        drain=args.drain,
+        prefix=args.prefix,
+        overrides=values,
+        progress=line.update,
+        stop=stop,
+        coordination=_coordination(args) if coordinate else LOCAL_COORDINATION,
+        coordinate=coordinate,
+    )
+
+
+def _note(text: str) -> None:
+    print(f"\n{text}", file=sys.stderr)
 
 
 def _watch_dispatchers(

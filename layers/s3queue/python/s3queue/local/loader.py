@@ -117,3 +117,16 @@ def import_handler(path: Path) -> Handler:
         return bind(handle)
     except ConfigError as exc:
         raise ConfigError(f"{path}: {exc}") from exc
+
+
+def forget_handlers(folder: str | os.PathLike[str]) -> None:
+    """Drop the modules loaded from `folder` (and the ``handlers`` package naming it), so the
+    next `load_handlers` imports them afresh."""
+    root = Path(folder).resolve()
+    package = sys.modules.get(HANDLERS_PACKAGE)
+    if package is not None and list(getattr(package, "__path__", [])) == [str(root)]:
+        del sys.modules[HANDLERS_PACKAGE]
+    for name, module in list(sys.modules.items()):
+        origin = getattr(module, "__file__", None)
+        if origin is not None and Path(origin).parent == root:
+            del sys.modules[name]
