@@ -12,8 +12,10 @@ from typing import Any
 
 import pytest
 from s3queue import PermanentError, Queue, run_local
+from s3queue.dispatching.coordinator import Coordinator
 from s3queue.local.cli import main
 from s3queue.local.console import ProgressLine, fit
+from s3queue.storage.s3 import S3Storage
 
 STATE = {"pending": 12, "delayed": 3, "in_flight": 4, "processed": 1234, "dlq": 1}
 SNAPSHOT = {q: dict(STATE) for q in ("generate_report", "send_email", "ship_order")}
@@ -126,3 +128,20 @@ def test_a_worker_with_no_dispatcher_says_so(cli: Any, tmp_path: Any) -> None:
     code, _, err = cli("worker", "--drain", "--handlers", str(tmp_path))
     assert code == 0, err
     assert "warning: no dispatcher: no coordinator led any queue" in err
+
+
+@pytest.mark.s3
+def test_stats_points_at_a_queue_no_coordinator_serves(cli: Any, seaweed: Any, bucket: str) -> None:
+    # GIVEN a queue being served (a coordinator leads it) and a typo nobody serves
+    client = seaweed.make_client()
+    Queue("invoice", bucket=bucket, s3=client).enqueue({"n": 1})
+    Queue("invoce", bucket=bucket, s3=client).enqueue({"n": 2})
+    storage = S3Storage(client, bucket)
+    Coordinator(storage, "invoice", invoker=lambda payload: None).tick()
+    # WHEN the stats are printed
+    code, out, err = cli("stats")
+    # THEN both are listed, and the one nobody serves is pointed at
+    assert code == 0, err
+    assert [line.split()[0] for line in out.splitlines()[1:]] == ["invoce", "invoice"]
+    assert "warning: invoce has messages but no coordinator led it" in err
+    assert "invoice has" not in err

@@ -3,7 +3,7 @@
 A folder is read with `discover_handlers` (queue names and ``SETTINGS``), then each module is
 imported from its file as ``handlers.<queue>``, the name the worker Lambda imports it by
 (whatever the folder's own name: the deployed asset calls it ``handlers/``), so names derived
-from the module (Powertools Idempotency's keys) are the same in both places, and a handler
+from the module (the module part of Powertools Idempotency keys) agree, and a handler
 importing ``handlers._shared`` works in both. The folder's parent also goes on ``sys.path``
 (appended) as ``/var/task`` is on Lambda. A second folder loaded into the same process (tests
 do that) cannot be ``handlers`` too: its modules get private names.
