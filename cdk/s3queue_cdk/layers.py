@@ -4,11 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import s3queue
 from aws_cdk import Aws
 from aws_cdk import aws_lambda as lambda_
 from constructs import Construct
-from s3queue.contract.packaging import LAYER_EXCLUDES, LOCAL_TOOLS
+from s3queue.contract.packaging import LAYER_EXCLUDES, LOCAL_TOOLS, PACKAGE_DIR
 
 from s3queue_cdk.bundling import package_layer_code
 from s3queue_cdk.functions import ARCHITECTURE, RUNTIME
@@ -70,5 +69,4 @@ class Layers(Construct):
 def _layer_code(layer_dir: Path | None) -> lambda_.Code:
     if layer_dir is not None:
         return lambda_.Code.from_asset(str(layer_dir), exclude=list(LAYER_EXCLUDES))
-    package = Path(s3queue.__file__).resolve().parent
-    return package_layer_code(package, leave_out=[LOCAL_TOOLS])
+    return package_layer_code(PACKAGE_DIR, leave_out=[LOCAL_TOOLS])

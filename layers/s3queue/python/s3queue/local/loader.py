@@ -5,8 +5,9 @@ imported from its file as ``handlers.<queue>``, the name the worker Lambda impor
 (whatever the folder's own name: the deployed asset calls it ``handlers/``), so names derived
 from the module (the module part of Powertools Idempotency keys) agree, and a handler
 importing ``handlers._shared`` works in both. The folder's parent also goes on ``sys.path``
-(appended) as ``/var/task`` is on Lambda. A second folder loaded into the same process (tests
-do that) cannot be ``handlers`` too: its modules get private names.
+(appended) as ``/var/task`` is on Lambda. Folders loaded into one process (tests do that) share
+the package, as a namespace package would; a module whose name another folder's module holds
+already gets a private name.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from s3queue.working.worker import Handler
 
 HANDLERS_PACKAGE = "handlers"
 """The package the worker Lambda imports handler modules from (``functions/worker/app.py``)."""
+LOADED_MARK = "__s3queue_loaded_from__"
 Handlers = str | os.PathLike[str] | Mapping[str, Handler]
 """A folder of handler modules, or ``{queue: callable}``."""
 
@@ -72,16 +74,23 @@ def with_overrides(settings: QueueSettings, overrides: Mapping[str, Any] | None)
 
 
 def module_name(resolved: Path) -> str:
-    """``handlers.<queue>`` as on Lambda, the folder registered as package ``handlers``; a
-    private name if ``handlers`` is another folder already."""
+    """``handlers.<queue>`` as on Lambda, the module's folder on the ``handlers`` package's
+    path; a private name when ``handlers.<queue>`` is a module this loader did not load from
+    this file (another folder's, or one imported as the worker Lambda does, with its state)."""
     folder = str(resolved.parent)
     package = sys.modules.get(HANDLERS_PACKAGE)
     if package is None:
         package = types.ModuleType(HANDLERS_PACKAGE)
-        package.__path__ = [folder]
+        package.__path__ = []
         sys.modules[HANDLERS_PACKAGE] = package
-    if list(getattr(package, "__path__", [])) == [folder]:
-        return f"{HANDLERS_PACKAGE}.{resolved.stem}"
+    paths = package.__path__
+    if folder not in list(paths) and isinstance(paths, list):
+        paths.append(folder)  # as a namespace package spans the folders of sys.path
+    name = f"{HANDLERS_PACKAGE}.{resolved.stem}"
+    existing = sys.modules.get(name)
+    ours = getattr(existing, LOADED_MARK, None) == str(resolved)
+    if folder in list(paths) and (existing is None or ours):
+        return name
     digest = hashlib.sha1(folder.encode(), usedforsecurity=False).hexdigest()[:8]
     return f"_s3queue_handler_{digest}_{resolved.stem}"
 
@@ -95,8 +104,6 @@ def import_handler(path: Path) -> Handler:
         sys.path.append(root)
     name = module_name(resolved)
     module = sys.modules.get(name)
-    if module is not None and Path(getattr(module, "__file__", "") or "") != resolved:
-        module = None  # ``handlers.<queue>`` of another folder: never reached, see module_name
     if module is None:
         spec = importlib.util.spec_from_file_location(name, resolved)
         if spec is None or spec.loader is None:
@@ -105,6 +112,7 @@ def import_handler(path: Path) -> Handler:
         # Registered before it runs, as `import` does: pydantic resolves a model's string
         # annotations (`from __future__ import annotations`) in sys.modules[cls.__module__].
         sys.modules[name] = module
+        setattr(module, LOADED_MARK, str(resolved))
         try:
             spec.loader.exec_module(module)
         except Exception as exc:  # any failure of user code at import, named with its file
@@ -120,13 +128,14 @@ def import_handler(path: Path) -> Handler:
 
 
 def forget_handlers(folder: str | os.PathLike[str]) -> None:
-    """Drop the modules loaded from `folder` (and the ``handlers`` package naming it), so the
-    next `load_handlers` imports them afresh."""
+    """Drop the modules loaded from `folder` (and the folder from the ``handlers`` package's
+    path), so the next `load_handlers` imports them afresh."""
     root = Path(folder).resolve()
-    package = sys.modules.get(HANDLERS_PACKAGE)
-    if package is not None and list(getattr(package, "__path__", [])) == [str(root)]:
-        del sys.modules[HANDLERS_PACKAGE]
     for name, module in list(sys.modules.items()):
         origin = getattr(module, "__file__", None)
         if origin is not None and Path(origin).parent == root:
             del sys.modules[name]
+    package = sys.modules.get(HANDLERS_PACKAGE)
+    paths = getattr(package, "__path__", None)
+    if isinstance(paths, list) and str(root) in paths:
+        paths.remove(str(root))
