@@ -6,10 +6,14 @@ STAMP := $(VENV)/.installed-dev
 
 .PHONY: install test unit lint format demo synth bench clean
 
-$(STAMP): pyproject.toml
+HANDLER_REQUIREMENTS := functions/handlers/requirements.txt
+
+$(STAMP): pyproject.toml $(HANDLER_REQUIREMENTS)
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[dev,cdk,bench]'
+	# What the handlers import, for local runs (make synth installs it for Lambda itself)
+	$(PY) -m pip install --quiet -r $(HANDLER_REQUIREMENTS)
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -36,6 +40,12 @@ browser:
 	@if [ -x /usr/bin/chromium ] && [ -x /usr/bin/chromedriver ]; then :; else \
 		apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y chromium chromium-driver; \
 	fi
+
+## make install-test: build the wheel, install it with its extras into a fresh virtualenv,
+## enqueue, drain and synthesize from another project's folder (part of make test)
+.PHONY: install-test
+install-test: install
+	$(PY) -m pytest -q -p no:cacheprovider -m install
 
 lint: install
 	$(VENV)/bin/ruff check .

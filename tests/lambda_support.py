@@ -18,6 +18,7 @@ import pytest
 from moto import mock_aws
 
 FUNCTIONS = Path(__file__).resolve().parents[1] / "functions"
+HANDLERS = FUNCTIONS / "handlers"
 BUCKET = "queues"
 ACCOUNT = "123456789012"
 
@@ -26,6 +27,15 @@ def load_worker_app() -> ModuleType:
     """``worker.app`` imported as Lambda does: the worker code root on sys.path."""
     if str(FUNCTIONS) not in sys.path:
         sys.path.insert(0, str(FUNCTIONS))
+    # A Lambda container has one `handlers` package, the asset's: forget one a local test
+    # loaded from another folder (the local loader names its folder `handlers`, as Lambda).
+    package = sys.modules.get("handlers")
+    if package is not None and list(getattr(package, "__path__", [])) != [str(HANDLERS)]:
+        del sys.modules["handlers"]
+        for name in [m for m in sys.modules if m.startswith("handlers.")]:
+            origin = getattr(sys.modules[name], "__file__", None)
+            if origin is not None and not Path(origin).is_relative_to(HANDLERS):
+                del sys.modules[name]
     return importlib.import_module("worker.app")
 
 

@@ -271,3 +271,16 @@ def test_the_event_catalogue_is_exactly_the_kinds_the_core_emits() -> None:
                 assert isinstance(first, ast.Constant), f"{path}:{node.lineno}: a named kind"
                 emitted.add(first.value)
     assert emitted == KINDS
+
+
+def test_every_subpackage_is_in_the_distribution() -> None:
+    # pyproject.toml lists the packages (three source folders make one wheel): a new folder of
+    # the core must be listed there too, or the wheel ships without it.
+    import tomllib
+
+    listed = set(
+        tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]
+    )
+    folders = {module_name(p) for p in CORE.rglob("__init__.py")}
+    assert folders <= listed, sorted(folders - listed)
+    assert {"s3queue_cdk", "s3queue_cdk.entrypoints.worker"} <= listed

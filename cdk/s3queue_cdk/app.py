@@ -11,14 +11,20 @@ from s3queue_cdk.settings import DeploymentSettings
 from s3queue_cdk.stack import FUNCTIONS_DIR, S3QueueStack
 
 
-def build(app: App, *, functions_dir: Path = FUNCTIONS_DIR) -> S3QueueStack:
-    """Add the stack to `app`, configured by its context; synth fails on any nag finding."""
+def build(
+    app: App, *, functions_dir: Path = FUNCTIONS_DIR, handlers_dir: Path | None = None
+) -> S3QueueStack:
+    """Add the stack to `app`, configured by its context; synth fails on any nag finding.
+
+    `handlers_dir` defaults to ``<functions_dir>/handlers``.
+    """
     settings = DeploymentSettings.from_context(app.node)
     stack = S3QueueStack(
         app,
         settings.stack_name,
         settings=settings,
         functions_dir=functions_dir,
+        handlers_dir=handlers_dir,
         description="S3Queue: distributed worker queues backed only by Amazon S3",
     )
     Validations.of(app).add_plugins(AwsSolutionsChecks(app))

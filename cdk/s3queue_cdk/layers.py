@@ -7,8 +7,9 @@ from pathlib import Path
 from aws_cdk import Aws
 from aws_cdk import aws_lambda as lambda_
 from constructs import Construct
-from s3queue.contract.packaging import LAYER_EXCLUDES
+from s3queue.contract.packaging import LAYER_EXCLUDES, LOCAL_TOOLS, PACKAGE_DIR
 
+from s3queue_cdk.bundling import package_layer_code
 from s3queue_cdk.functions import ARCHITECTURE, RUNTIME
 
 POWERTOOLS_ACCOUNT = "017000801446"
@@ -29,7 +30,9 @@ class Layers(Construct):
     """The layers every function uses: ``s3queue`` (queue logic) and Powertools (observability).
 
     ``layer_dir`` holds ``python/s3queue/``: Lambda puts a layer's ``python/`` on ``sys.path``.
-    `LAYER_EXCLUDES` leaves out the local tools (``s3queue/local/``) and bytecode.
+    `LAYER_EXCLUDES` leaves out the local tools (``s3queue/local/``) and bytecode. Without a
+    ``layer_dir`` (an installed package, not a checkout) the imported ``s3queue`` package is
+    copied into ``python/s3queue/``, minus the same.
     The s3queue package needs only boto3, which the Lambda runtime ships, so nothing else is
     bundled. Powertools comes from AWS's public layer rather than a copy in ours: AWS builds it
     for each runtime and architecture, and ``powertools_version`` pins it.
@@ -40,7 +43,7 @@ class Layers(Construct):
         scope: Construct,
         construct_id: str,
         *,
-        layer_dir: Path,
+        layer_dir: Path | None,
         powertools_version: int,
         powertools_arn: str = "",
     ) -> None:
@@ -48,7 +51,7 @@ class Layers(Construct):
         self.s3queue = lambda_.LayerVersion(
             self,
             "S3Queue",
-            code=lambda_.Code.from_asset(str(layer_dir), exclude=list(LAYER_EXCLUDES)),
+            code=_layer_code(layer_dir),
             compatible_runtimes=[RUNTIME],
             compatible_architectures=[ARCHITECTURE],
             description="S3Queue: the queue logic shared by the coordinator and the workers",
@@ -61,3 +64,9 @@ class Layers(Construct):
     @property
     def all(self) -> list[lambda_.ILayerVersion]:
         return [self.powertools, self.s3queue]
+
+
+def _layer_code(layer_dir: Path | None) -> lambda_.Code:
+    if layer_dir is not None:
+        return lambda_.Code.from_asset(str(layer_dir), exclude=list(LAYER_EXCLUDES))
+    return package_layer_code(PACKAGE_DIR, leave_out=[LOCAL_TOOLS])

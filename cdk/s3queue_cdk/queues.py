@@ -48,7 +48,8 @@ class QueueGroup(NestedStack):
         *,
         stack_name: str,
         specs: Sequence[HandlerSpec],
-        functions_dir: Path,
+        entry_dir: Path,
+        handlers_dir: Path,
         layer: lambda_.ILayerVersion,
         powertools_arn: str,
         bucket: s3.IBucket,
@@ -85,7 +86,8 @@ class QueueGroup(NestedStack):
         self.workers: dict[str, Worker] = {}
         self.enqueue_policies: dict[str, iam.ManagedPolicy] = {}
         action = cw_actions.SnsAction(topic)
-        code = worker_code(functions_dir)  # one Code per stack; the asset is staged once
+        # One Code per nested stack (a Code binds to one stack); one asset for them all.
+        code = worker_code(entry_dir, handlers_dir)
         for spec in specs:
             worker = Worker(
                 self,

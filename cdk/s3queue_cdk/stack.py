@@ -22,8 +22,12 @@ from s3queue_cdk.storage import QueueStorage
 from s3queue_cdk.workers import Worker, deployed_settings
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-FUNCTIONS_DIR = REPO_ROOT / "functions"
+PACKAGED_FUNCTIONS = Path(__file__).resolve().parent / "entrypoints"
+"""The entry points (``coordinator/``, ``worker/``) as the ``s3queue[cdk]`` wheel ships them."""
+FUNCTIONS_DIR = PACKAGED_FUNCTIONS if PACKAGED_FUNCTIONS.is_dir() else REPO_ROOT / "functions"
+"""``coordinator/`` and ``worker/``: the installed package's, else this checkout's."""
 LAYER_DIR = REPO_ROOT / "layers" / "s3queue"
+"""This checkout's layer; an installed package is bundled into a layer instead."""
 MAX_QUEUES = 150
 """The stack's ceiling: the first limit reached is the parent template's 200 outputs (one
 enqueue policy a queue); the tests synthesize it and check every other limit."""
@@ -32,8 +36,15 @@ enqueue policy a queue); the tests synthesize it and check every other limit."""
 class S3QueueStack(Stack):
     """One bucket, the s3queue layer, a coordinator, one worker per handler module, alarms.
 
-    ``functions_dir`` holds ``coordinator/``, ``worker/`` and ``handlers/``; every module in
-    ``handlers/`` becomes a queue. The queues' own resources live in nested stacks.
+    Every module in `handlers_dir` becomes a queue (default: ``functions/handlers``); its
+    ``requirements.txt``, if any, is installed into the workers' code for Lambda.
+    ``functions_dir`` holds the entry points ``coordinator/`` and ``worker/`` (default: the
+    package's own). Without `settings`, the defaults with `construct_id` as the stack name.
+    The queues' own resources live in nested stacks.
+
+    From another CDK app (``pip install 's3queue[cdk]'``)::
+
+        S3QueueStack(app, "Jobs", handlers_dir=Path("jobs"))
     """
 
     def __init__(
@@ -41,19 +52,21 @@ class S3QueueStack(Stack):
         scope: Construct,
         construct_id: str,
         *,
-        settings: DeploymentSettings,
+        settings: DeploymentSettings | None = None,
+        handlers_dir: Path | None = None,
         functions_dir: Path = FUNCTIONS_DIR,
-        layer_dir: Path = LAYER_DIR,
+        layer_dir: Path | None = LAYER_DIR,
         **kwargs: Any,
     ) -> None:
         super().__init__(scope, construct_id, **kwargs)
-        self.settings = settings
-        self.handlers = _handlers(functions_dir / "handlers")
+        self.settings = settings = settings or DeploymentSettings(stack_name=construct_id)
+        self.handlers_dir = Path(handlers_dir or functions_dir / "handlers")
+        self.handlers = _handlers(self.handlers_dir)
         self.storage = self._storage()
         self.layers = Layers(
             self,
             "Layers",
-            layer_dir=layer_dir,
+            layer_dir=layer_dir if layer_dir is not None and layer_dir.is_dir() else None,
             powertools_version=settings.powertools_layer_version,
             powertools_arn=settings.powertools_layer_arn,
         )
@@ -129,7 +142,8 @@ class S3QueueStack(Stack):
                 f"Queues{index}",
                 stack_name=settings.stack_name,
                 specs=specs,
-                functions_dir=functions_dir,
+                entry_dir=functions_dir / "worker",
+                handlers_dir=self.handlers_dir,
                 layer=self.layers.s3queue,
                 powertools_arn=self.layers.powertools_arn,
                 bucket=self.storage.bucket,

@@ -16,18 +16,19 @@ from s3queue.contract.discovery import HandlerSpec
 from s3queue.contract.environment import ENV_BUCKET, ENV_PREFIX, ENV_QUEUE, ENV_SETTINGS
 from s3queue.contract.settings import QueueSettings
 
-from s3queue_cdk.functions import QueueFunction
+from s3queue_cdk import bundling
+from s3queue_cdk.dependencies import Platform
+from s3queue_cdk.functions import ARCHITECTURE, RUNTIME, QueueFunction
 
 HANDLER = "worker.app.handler"
-CODE_EXCLUDES = ["coordinator", "**/__pycache__", "**/*.pyc", "**/*.md"]
-"""The coordinator has its own asset; everything else (``worker/``, ``handlers/``) ships."""
 MAX_EVENT_AGE = Duration.minutes(5)
 """A dispatch older than this is dropped: the coordinator re-invokes an unclaimed ticket."""
 
 
-def worker_code(functions_dir: Path) -> lambda_.Code:
-    """The ``functions/`` folder minus ``coordinator/``, so the handler modules ship along."""
-    return lambda_.Code.from_asset(str(functions_dir), exclude=CODE_EXCLUDES)
+def worker_code(entry_dir: Path, handlers_dir: Path) -> lambda_.Code:
+    """``worker/`` (the entry point), ``handlers/`` and the handlers' packages, for Lambda."""
+    platform = Platform.of(RUNTIME.name, ARCHITECTURE.name)
+    return bundling.worker_code(entry_dir=entry_dir, handlers_dir=handlers_dir, platform=platform)
 
 
 def deployed_settings(settings: QueueSettings, reserve_concurrency: bool) -> QueueSettings:

@@ -3,8 +3,9 @@
 Body: ``{"values": [3, 1.5, 7]}``, or records and the field to aggregate:
 ``{"records": [{"amount": 3}, {"amount": 1.5}], "field": "amount"}``. Bad data raises
 `ValueError`, which the queue retries with backoff and dead-letters after ``max_retries``.
-The report is logged, returned, and written to ``$S3QUEUE_OUTBOX/<key>.report.json`` when that
-variable is set.
+The report is logged (its figures made readable by ``humanize``, a package of this folder's
+``requirements.txt``: the deploy bundles it), returned, and written to
+``$S3QUEUE_OUTBOX/<key>.report.json`` when that variable is set.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+import humanize
 from s3queue import Message
 
 SETTINGS = {
@@ -36,7 +38,12 @@ logger = logging.getLogger(__name__)
 def handle(message: Message) -> dict[str, float]:
     """Summarise the message's numbers; log, return and (optionally) write the report."""
     report = summarise(numbers(message.body))
-    logger.info("report for %s: %s", message.id, report)
+    logger.info(
+        "report for %s: %s values, total %s",
+        message.id,
+        humanize.intcomma(report["count"]),
+        humanize.intcomma(report["total"], ndigits=2),
+    )
     outbox = os.environ.get(OUTBOX_ENV)
     if outbox:
         directory = Path(outbox)

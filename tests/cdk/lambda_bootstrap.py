@@ -5,7 +5,9 @@ function's template environment plus what Lambda itself sets, the function's ass
 task root (first on ``sys.path``, and the working directory) and the layer asset's
 ``python/`` after it. Every AWS SDK call the function makes is appended to the file named by
 ``REHEARSAL_CALLS`` (removed from the environment before the handler's module loads). The
-event is read from stdin; the handler's result is the last stdout line, after `RESULT`.
+event is read from stdin; the handler's result is the last stdout line, after `RESULT`, and
+where every module outside the standard library was loaded from is the line before, after
+`MODULES` (so a test can tell a package of the asset from one of the test's virtualenv).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import uuid
 from typing import Any
 
 RESULT = "REHEARSAL-RESULT "
+MODULES = "REHEARSAL-MODULES "
 KEPT_PARAMS = ("Bucket", "Key", "Prefix", "StartAfter", "CopySource", "FunctionName")
 
 
@@ -59,6 +62,17 @@ def record_calls(path: str) -> None:
     botocore.client.BaseClient._make_api_call = recorded  # type: ignore[method-assign]
 
 
+def module_origins() -> dict[str, str]:
+    """Every loaded module outside the standard library: its file (``handlers.x`` included)."""
+    found = {}
+    for name, module in list(sys.modules.items()):
+        top = name.partition(".")[0]
+        origin = getattr(module, "__file__", None)
+        if origin and top not in sys.stdlib_module_names and top in (name, "handlers"):
+            found[name] = origin
+    return found
+
+
 def main() -> None:
     spec = json.loads(sys.argv[1])
     sys.path[0:1] = [spec["task_root"], spec["layer_python"]]
@@ -73,6 +87,7 @@ def main() -> None:
     context = Context(spec["name"], spec["memory"], spec["timeout"])
     result = handler(json.loads(sys.stdin.read()), context)
     sys.stdout.flush()
+    print(MODULES + json.dumps(module_origins()), flush=True)
     print(RESULT + json.dumps(result, default=str), flush=True)
 
 

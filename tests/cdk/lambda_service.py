@@ -25,6 +25,7 @@ from rehearsal import REGION, Deployment, Function
 
 BOOTSTRAP = Path(__file__).with_name("lambda_bootstrap.py")
 RESULT = "REHEARSAL-RESULT "
+MODULES = "REHEARSAL-MODULES "
 
 
 @dataclass
@@ -34,6 +35,8 @@ class Invocation:
     stdout: list[str]
     returncode: int
     stderr: str
+    modules: dict[str, str]
+    """Module name -> the file it was loaded from (outside the standard library)."""
 
 
 class LambdaService:
@@ -109,8 +112,14 @@ class LambdaService:
         )
         lines = done.stdout.splitlines()
         results = [json.loads(line[len(RESULT) :]) for line in lines if line.startswith(RESULT)]
+        modules = [json.loads(line[len(MODULES) :]) for line in lines if line.startswith(MODULES)]
         return Invocation(
-            function.name, results[0] if results else None, lines, done.returncode, done.stderr
+            function.name,
+            results[0] if results else None,
+            lines,
+            done.returncode,
+            done.stderr,
+            modules[0] if modules else {},
         )
 
     def _runtime_env(self, function: Function) -> dict[str, str]:

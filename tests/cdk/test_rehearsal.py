@@ -28,7 +28,9 @@ from lambda_service import LambdaService
 from rehearsal import ACCOUNT, REGION, Deployment, allowed, emf_values, requests_of
 from s3queue import Queue
 from s3queue.contract import metric_names
+from s3queue.contract.discovery import discover_handlers
 from s3queue_cdk.app import build
+from s3queue_cdk.stack import FUNCTIONS_DIR
 
 pytestmark = [pytest.mark.cdk, pytest.mark.s3, pytest.mark.rehearsal]
 
@@ -41,6 +43,7 @@ GOOD = {
 }
 BAD = {"to": "not-an-address", "template": "welcome", "name": "X"}
 MAX_RUNS = 4
+HANDLER_QUEUES = sorted(discover_handlers(FUNCTIONS_DIR / "handlers"))
 
 
 @dataclass
@@ -281,3 +284,27 @@ def test_a_paused_queue_waits_through_a_coordinator_run(rehearsed: Rehearsed) ->
         assert live_keys(client, bucket, "generate_report") == []
     finally:
         queue.resume()
+
+
+def test_every_handler_and_its_packages_load_from_the_workers_asset(rehearsed: Rehearsed) -> None:
+    # GIVEN every worker of the deployment, one of them a handler importing `humanize` (a
+    # package of functions/handlers/requirements.txt, not of the layer; the test's own
+    # virtualenv has it too, behind the asset on sys.path)
+    workers = {
+        name: f
+        for name, f in rehearsed.deployment.functions.items()
+        if f.handler.startswith("worker")
+    }
+    assert {f"S3Queue_{queue}" for queue in HANDLER_QUEUES} == set(workers)
+    loaded = {}
+    for name, function in workers.items():
+        # WHEN Lambda starts it with an event holding no ticket (the handler module loads)
+        invocation = rehearsed.service.invoke(name, {"tickets": []})
+        assert invocation.returncode == 0, (name, invocation.stderr[-2000:])
+        # THEN its handler module, and every package it imported, came from its code asset
+        queue = function.environment["S3QUEUE_QUEUE"]
+        assert invocation.modules[f"handlers.{queue}"].startswith(str(function.task_root))
+        loaded[queue] = invocation.modules
+    task_root = rehearsed.deployment.functions["S3Queue_generate_report"].task_root
+    assert loaded["generate_report"]["humanize"].startswith(str(task_root))
+    assert (task_root / "humanize").is_dir()

@@ -8,9 +8,13 @@ embedded S3 server) never run on Lambda, so they stay out, with bytecode and bui
 from __future__ import annotations
 
 from fnmatch import fnmatchcase
-from pathlib import PurePosixPath
+from pathlib import Path, PurePosixPath
 
-LAYER_EXCLUDES = ("**/__pycache__", "**/*.pyc", "**/*.egg-info", "python/s3queue/local")
+PACKAGE_DIR = Path(__file__).resolve().parents[1]
+"""The ``s3queue`` package this module belongs to: what a layer is made of outside a checkout."""
+LOCAL_TOOLS = "local"
+"""The subpackage of ``s3queue`` that never ships in the layer."""
+LAYER_EXCLUDES = ("**/__pycache__", "**/*.pyc", "**/*.egg-info", f"python/s3queue/{LOCAL_TOOLS}")
 """Glob patterns in the CDK asset's syntax (`IgnoreMode.GLOB`); a directory takes its files."""
 
 

@@ -185,6 +185,7 @@ def _dev_commands(add: Add) -> None:
     run.add_argument(
         "--port", type=_port, help="S3 port of the embedded server (default: a free one)"
     )
+    _reload_option(run)
     _lease_options(run)
     _ui_options(run, flag=True)
     work = add(
@@ -197,8 +198,22 @@ def _dev_commands(add: Add) -> None:
     work.add_argument(
         "--port", type=_port, help="S3 port of the embedded server (default: a free one)"
     )
+    _reload_option(work)
     demo = add("demo", dev.cmd_demo, "enqueue a realistic mix on an embedded S3, run it to the end")
     _runtime_options(demo)
+    add(
+        "env",
+        dev.cmd_env,
+        'export lines for this folder\'s `s3queue dev` server: eval "$(s3queue env)"',
+    )
+
+
+def _reload_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--reload",
+        action="store_true",
+        help="run again with fresh handler modules when a file of --handlers changes",
+    )
 
 
 def _lease_options(parser: argparse.ArgumentParser) -> None:

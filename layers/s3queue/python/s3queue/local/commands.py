@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -12,6 +13,7 @@ from typing import Any
 from s3queue.contract.discovery import discover_handlers
 from s3queue.errors import QueueNotFound
 from s3queue.local.console import Connection, UsageError, print_table
+from s3queue.local.dispatchers import RECENT_MS, dispatched
 from s3queue.operations import admin
 from s3queue.producing.producer import Queue
 from s3queue.protocol.keys import QueueKeys, check_queue_name
@@ -102,18 +104,71 @@ def cmd_stats(args: argparse.Namespace) -> int:
         print(json.dumps(rows if not args.queue else rows[0], indent=2))
         return 0
     if args.partitions:
-        heads = ("queue", "partition", "pending", "delayed", "in_flight", "oldest_age_s")
-        table = [
-            [row["queue"], name or "(default)", *(part[c] for c in heads[2:])]
-            for row in rows
-            for name, part in row["partitions"].items()
-        ]
-        print_table(heads, table)
+        print_table(PARTITION_COLUMNS, partition_rows(conn, rows))
         return 0
     columns: tuple[str, ...] = ("queue", "pending", "delayed", "in_flight", "dead", "tickets")
     columns += ("oldest_age_s", "paused")
     print_table(columns, [[row[c] for c in columns] for row in rows])
+    warn_undispatched(conn, rows)
     return 0
+
+
+def warn_undispatched(conn: Connection, rows: list[Any]) -> None:
+    """On stderr: queues with messages that no coordinator led of late (one HEAD a queue).
+
+    ``Queue("invoce")`` with a typo enqueues into a queue no handler serves; the library does
+    not check (it cannot see the handlers, and a LIST per `Queue` would add a request to every
+    short-lived producer), so this is where such a queue shows up.
+    """
+    waiting = [row["queue"] for row in rows if row["pending"] or row["delayed"]]
+    if not waiting:
+        return
+    led = set(dispatched(conn.storage, conn.prefix, waiting, int(time.time() * 1000)))
+    for name in waiting:
+        if name not in led:
+            print(
+                f"warning: {name} has messages but no coordinator led it in the last "
+                f"{RECENT_MS // 60_000} minutes: no handler serves it (a typo in a queue "
+                "name?), or nothing runs for this bucket",
+                file=sys.stderr,
+            )
+
+
+PARTITION_COLUMNS = (
+    "queue",
+    "partition",
+    "pending",
+    "delayed",
+    "in_flight",
+    "dead",
+    "oldest_age_s",
+)
+
+
+def partition_rows(conn: Connection, rows: list[Any]) -> list[list[Any]]:
+    """A row per partition of each queue, with its dead letters (one GET per dead letter: a
+    dead letter's partition is in its record, not its key)."""
+    table: list[list[Any]] = []
+    for row in rows:
+        dead: dict[str, int] = {}
+        for entry in conn.queue(row["queue"]).dead_letters(limit=None):
+            name = entry.get("partition") or ""
+            dead[name] = dead.get(name, 0) + 1
+        parts = row["partitions"]
+        for name in sorted(set(parts) | set(dead)):
+            counts = parts.get(name) or {"pending": 0, "delayed": 0, "in_flight": 0}
+            table.append(
+                [
+                    row["queue"],
+                    name or "(default)",
+                    counts["pending"],
+                    counts["delayed"],
+                    counts["in_flight"],
+                    dead.get(name, 0),
+                    counts.get("oldest_age_s", 0.0),
+                ]
+            )
+    return table
 
 
 def cmd_dlq(args: argparse.Namespace) -> int:

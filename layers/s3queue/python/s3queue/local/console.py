@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import time
 from contextlib import ExitStack
@@ -72,7 +73,10 @@ class Connection:
         return Queue(name, storage=self.storage, prefix=self.prefix)
 
     def queues(self) -> list[str]:
-        """The queues that have objects in the bucket: one LIST of one key per queue."""
+        """The queues that have objects in the bucket: one LIST of one key per queue.
+
+        Folders starting with ``_`` are not queues (``_idempotency/`` holds records).
+        """
         root, names = f"{self.prefix}/", list[str]()
         start: str | None = None
         while True:
@@ -81,12 +85,46 @@ class Connection:
                 return names
             key = page.entries[0].key
             name, slash, _ = key[len(root) :].partition("/")
-            if slash:
+            if slash and not name.startswith("_"):
                 names.append(name)
-                # "0" sorts right after "/": the next LIST skips every key of this queue.
-                start = f"{root}{name}0"
-            else:
-                start = key
+            # "0" sorts right after "/": the next LIST skips every key of this queue.
+            start = f"{root}{name}0" if slash else key
+
+
+def terminal_width(stream: TextIO) -> int:
+    """The columns of the terminal `stream` writes to (not stdout's: that may be a pipe)."""
+    try:
+        return os.get_terminal_size(stream.fileno()).columns
+    except (OSError, ValueError, AttributeError):
+        return shutil.get_terminal_size().columns
+
+
+def fit(snapshot: dict[str, dict[str, int]], width: int) -> str:
+    """The most detailed description of `snapshot` that fits in `width` columns."""
+    for text in (describe(snapshot), describe_short(snapshot), describe_total(snapshot)):
+        if len(text) <= width:
+            return text
+    return text[: max(0, width - 3)] + "..."
+
+
+def describe_short(snapshot: dict[str, dict[str, int]]) -> str:
+    """Per queue ``name p<pending>+<delayed> f<in flight> ok<done> x<DLQ>``."""
+    return " | ".join(
+        f"{name} p{s['pending']}+{s['delayed']} f{s['in_flight']} ok{s['processed']} x{s['dlq']}"
+        for name, s in snapshot.items()
+    )
+
+
+def describe_total(snapshot: dict[str, dict[str, int]]) -> str:
+    """Every queue summed: how many queues, pending, in flight, done, DLQ."""
+    total = {
+        k: sum(s[k] for s in snapshot.values())
+        for k in ("pending", "in_flight", "processed", "dlq")
+    }
+    return (
+        f"{len(snapshot)} queues: {total['pending']} pending, {total['in_flight']} in flight, "
+        f"{total['processed']} done, {total['dlq']} DLQ"
+    )
 
 
 def describe(snapshot: dict[str, dict[str, int]]) -> str:
@@ -115,10 +153,13 @@ class ProgressLine:
 
     def update(self, snapshot: dict[str, dict[str, int]]) -> None:
         now = time.monotonic()
-        self.last = f"[{now - self.started:5.1f}s] {describe(snapshot)}"
+        elapsed = f"[{now - self.started:5.1f}s] "
+        self.last = elapsed + describe(snapshot)
         if self.tty:
-            width = shutil.get_terminal_size().columns - 1
-            self.stream.write("\r" + self.last[:width] + "\x1b[K")
+            # One column spare: a line that fills the last column wraps on some terminals.
+            width = terminal_width(self.stream) - 1
+            line = elapsed + fit(snapshot, width - len(elapsed))
+            self.stream.write("\r" + line + "\x1b[K")
             self.stream.flush()
             self.shown = self.last
         elif now - self.printed_at >= self.interval and self._changed():

