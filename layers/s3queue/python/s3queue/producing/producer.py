@@ -24,6 +24,7 @@ from s3queue.protocol.keys import (
     QueueKeys,
     check_partition,
     check_queue_name,
+    key_time,
     new_id,
 )
 from s3queue.protocol.payload import INLINE_BYTES, source_size
@@ -145,7 +146,7 @@ class Queue:
         group: str | None,
         attrs: dict[str, str],
     ) -> str:
-        now = self.clock.now_ms()
+        now = key_time(self.clock)
         record = record_for(id if id is not None else new_id(now), body, now, group, attrs)
         record.dedup = id is not None
         self.writer.send_one(keys, record, delay_ms, now)
@@ -183,7 +184,7 @@ class Queue:
         dies in between leaves an unreferenced blob behind, never a record without one."""
         if id is not None and self.writer.enqueued(id):
             return id
-        now = self.clock.now_ms()
+        now = key_time(self.clock)
         blob = keys.blob(new_id(now))
         head = self.storage.put_file(blob, source)
         message_id = id if id is not None else new_id(now)
@@ -217,7 +218,7 @@ class Queue:
         check_partition(partition)
         attrs = check_attributes(attributes)
         batch.check_items(items)
-        now = self.clock.now_ms()
+        now = key_time(self.clock)
         writes, ids = batch.plan(
             self.writer,
             items,

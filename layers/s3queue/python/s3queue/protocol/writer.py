@@ -21,7 +21,7 @@ import logging
 from s3queue.common.clock import Clock
 from s3queue.common.events import Emitter
 from s3queue.errors import Conflict, MalformedMessage
-from s3queue.protocol.keys import MsgKey, QueueKeys, new_id
+from s3queue.protocol.keys import MsgKey, QueueKeys, key_time, new_id
 from s3queue.protocol.records import Marker, Record, encode_records
 from s3queue.storage.base import Storage, new_token
 
@@ -103,7 +103,7 @@ class Writer:
 
     def notice_if_late(self, keys: QueueKeys, key: MsgKey) -> None:
         """Put late notices until one lands within `LANDING_MS` of its key time (see module)."""
-        landed_by, now = key.sort_ms, self.clock.now_ms()
+        landed_by, now = key.sort_ms, key_time(self.clock)
         for _ in range(MAX_NOTICES):
             if now - landed_by <= LANDING_MS:
                 return
@@ -112,7 +112,7 @@ class Writer:
             body = json.dumps({"v": 1, "token": token, "notice": keys.msg_key(key)}).encode()
             self.storage.put(notice, body, if_none_match=True, token=token)
             self.emit("late_notice", now, key=keys.msg_key(key), notice=notice)
-            landed_by, now = now, self.clock.now_ms()
+            landed_by, now = now, key_time(self.clock)
         _log.warning("%s: every late notice for %s landed late", self.name, key.name())
 
     def put_once(
