@@ -145,17 +145,18 @@ def test_a_seed_replays_exactly() -> None:
 
 
 @pytest.mark.parametrize("seed", SEEDS)
-def test_skew_beyond_the_tolerance_reaps_early_but_loses_nothing(seed: int) -> None:
-    """Clocks 20 s apart with a 3 s tolerance: a lease can be reaped before its visibility
-    timeout (early_redelivery, a duplicate execution); fencing still rejects the stale
-    holder, so nothing is lost or committed twice."""
+def test_skew_beyond_the_tolerance_neither_reaps_early_nor_loses_anything(seed: int) -> None:
+    """Clocks 20 s apart with a 3 s tolerance. Before issue 19.7 a lease could be reaped before
+    its visibility timeout (early_redelivery); expiry is now judged by S3's time (Last-Modified
+    and the answer's Date), so no host's clock decides it. Producer skew still bears on FIFO
+    between producers (issue 19.6, see guarantees.md), so `fifo` is checked apart."""
     result = sim("skew-within-tolerance", seed, skew_ms=20_000)
-    assert result.report.invariants() - {"fifo"} <= {"early_redelivery"}, result.explain()
+    assert result.report.invariants() - {"fifo"} == set(), result.explain()
 
 
-def test_skew_beyond_the_tolerance_does_reap_early() -> None:
-    early = [sim("skew-within-tolerance", s, skew_ms=20_000).report for s in SEEDS]
-    assert any("early_redelivery" in r.invariants() for r in early)
+def test_skew_far_beyond_the_tolerance_never_reaps_early() -> None:
+    early = [sim("skew-within-tolerance", s, skew_ms=600_000).report for s in SEEDS]
+    assert not any("early_redelivery" in r.invariants() for r in early)
 
 
 # --- one slow handler, a skewed worker clock, a coordinator ticking every second ------------
@@ -195,12 +196,13 @@ def test_worker_clock_behind_within_the_tolerance_keeps_its_lease() -> None:
     assert report.counts["runs"] == 1 and report.counts["expiries"] == 0
 
 
-def test_worker_clock_behind_beyond_the_tolerance_is_reaped_early() -> None:
-    # 12 s behind: reaped 23 s after its claim, before the 30 s visibility timeout
+def test_worker_clock_behind_beyond_the_tolerance_keeps_its_lease() -> None:
+    # 12 s behind: its lease_until is 12 s early; before issue 19.7 it was reaped 23 s after its
+    # claim. S3's time says the ticket was written 29.5 s ago at most: not expired.
     bench = slow_handler_under_skew(-12_000, 29.5)
     report = bench.check()
-    assert report.invariants() == {"early_redelivery"}, report.summary()
-    assert report.counts["runs"] == 2 and len(bench.history.of("lease_lost")) == 1
+    assert report.ok, report.summary()
+    assert report.counts["runs"] == 1 and report.counts["expiries"] == 0
 
 
 def test_handler_slower_than_its_visibility_timeout_is_redelivered_and_fenced() -> None:

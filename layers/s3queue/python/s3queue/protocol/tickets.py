@@ -107,6 +107,17 @@ class Ticket:
     """That message's id (None when the claim recorded the first message before reading it)."""
     outcomes: list[Outcome] = field(default_factory=list)
     history: list[dict[str, Any]] = field(default_factory=list)
+    lease_ms: int = 0
+    """The claim's lease: it expires this long after the ticket's last write, by S3's time
+    (`storage.base.written_ago`); 0 in a ticket written by an older version (then
+    ``lease_until``, the holder's clock, is what the reaper goes by)."""
+
+    def claim_expired(self, written_ago_ms: int, now_ms: int, skew_ms: int) -> bool:
+        """Whether a claimed ticket's lease has run out: by S3's time since its last write,
+        never by the holder's clock (issue 19.7); an older ticket by ``lease_until``."""
+        if self.lease_ms:
+            return written_ago_ms > self.lease_ms
+        return self.lease_until_ms + skew_ms < now_ms
 
     def encode(self, token: str) -> bytes:
         doc = {
@@ -128,6 +139,8 @@ class Ticket:
             "outcomes": [o.to_json() for o in self.outcomes],
             "history": self.history,
         }
+        if self.lease_ms:
+            doc["lease"] = self.lease_ms
         return json.dumps(doc, separators=(",", ":")).encode()
 
     @classmethod
@@ -150,6 +163,7 @@ class Ticket:
                 running_id=doc.get("running_id"),
                 outcomes=[Outcome.from_json(o) for o in doc.get("outcomes", [])],
                 history=list(doc.get("history", [])),
+                lease_ms=int(doc.get("lease", 0)),
             )
         except (ValueError, KeyError, TypeError) as exc:
             raise MalformedMessage(f"undecodable ticket: {exc}") from exc
@@ -192,6 +206,6 @@ class Ticket:
                 "running": [self.running, self.running_index, self.running_id],
             }
         )
-        self.state, self.owner, self.lease_until_ms = "pending", None, 0
+        self.state, self.owner, self.lease_until_ms, self.lease_ms = "pending", None, 0, 0
         self.running, self.running_index, self.running_id = None, 0, None
         self.generation += 1

@@ -44,7 +44,8 @@ class MemoryStorage:
             stored = self._objects.get(key)
             if stored is None:
                 return None
-            return Object(key, stored.body, stored.etag, stored.modified_ms, dict(stored.metadata))
+            meta, served = dict(stored.metadata), self._clock.now_ms()
+            return Object(key, stored.body, stored.etag, stored.modified_ms, meta, served)
 
     def head(self, key: str) -> Head | None:
         with self._lock:
@@ -57,6 +58,7 @@ class MemoryStorage:
                 dict(stored.metadata),
                 len(stored.body),
                 stored.modified_ms,
+                self._clock.now_ms(),
             )
 
     def put(
@@ -148,6 +150,7 @@ class MemoryStorage:
     def list(self, prefix: str, *, start_after: str | None = None, limit: int = 1000) -> Page:
         limit = min(limit, 1000)
         with self._lock:
+            served = self._clock.now_ms()
             index = bisect.bisect_left(self._keys, prefix)
             if start_after is not None:
                 index = max(index, bisect.bisect_right(self._keys, start_after))
@@ -157,7 +160,9 @@ class MemoryStorage:
                     return Page(entries, truncated=True)
                 key = self._keys[index]
                 stored = self._objects[key]
-                entries.append(Entry(key, stored.etag, len(stored.body), stored.modified_ms))
+                entries.append(
+                    Entry(key, stored.etag, len(stored.body), stored.modified_ms, served)
+                )
                 index += 1
             return Page(entries, truncated=False)
 

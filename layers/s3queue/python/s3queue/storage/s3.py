@@ -80,6 +80,7 @@ from s3queue.storage.responses import AlreadyOwned as _AlreadyOwned
 from s3queue.storage.responses import Missing as _Missing
 from s3queue.storage.responses import etag as _etag
 from s3queue.storage.responses import ms as _ms
+from s3queue.storage.responses import served as _served
 from s3queue.storage.responses import unquote as _unquote
 from s3queue.storage.retry import Retrier, Sleep
 from s3queue.storage.sending import TOKEN_METADATA, just_below, no_blind_resend, not_after
@@ -140,7 +141,8 @@ class S3Storage:
             # Read inside the retried call: a connection dropped mid-body is retried too.
             body = response["Body"].read()
             meta = _user_metadata(response)
-            return Object(key, body, _etag(response), _ms(response["LastModified"]), meta)
+            modified = _ms(response["LastModified"])
+            return Object(key, body, _etag(response), modified, meta, _served(response))
 
         try:
             return self._retry.run("GetObject", key, fetch)
@@ -155,7 +157,8 @@ class S3Storage:
         token = response.get("Metadata", {}).get(TOKEN_METADATA)
         size = int(response.get("ContentLength", 0))
         modified = _ms(response["LastModified"])
-        return Head(_etag(response), token, _user_metadata(response), size, modified)
+        meta = _user_metadata(response)
+        return Head(_etag(response), token, meta, size, modified, _served(response))
 
     def put(
         self,
@@ -326,8 +329,11 @@ class S3Storage:
         if lower:
             params["MaxKeys"] = min(limit + 1, MAX_KEYS)  # `start_after` itself comes back too
         response = self._call("list_objects_v2", prefix, **params)
+        served = _served(response)
         entries = [
-            Entry(item["Key"], _unquote(item["ETag"]), item["Size"], _ms(item["LastModified"]))
+            Entry(
+                item["Key"], _unquote(item["ETag"]), item["Size"], _ms(item["LastModified"]), served
+            )
             for item in response.get("Contents", [])
             if not (lower and not_after(item["Key"], str(start_after), str(sent)))
         ]
