@@ -9,6 +9,13 @@ from typing import Any, Literal
 from s3queue.errors import MalformedMessage
 from s3queue.protocol.records import FORMAT
 
+MAX_ERROR_CHARS = 1000
+"""An outcome's error text is cut to this (a traceback's last lines are in the logs): a ticket
+of 1,000 failed messages stays far below Lambda's 1 MB async payload (issue 19.8)."""
+INLINE_DOC_BYTES = 256 * 1024
+"""A ticket document up to this size travels in the invoke payload; a larger one is sent as a
+reference (its key and ETag) and the worker GETs it."""
+
 OutcomeKind = Literal["done", "retry", "dead", "release", "skip"]
 """done, retry, dead: the handler ran; release: it did not, the message goes back as it was;
 skip: an explicit-id message already handled (its marker is done), retired without running."""
@@ -62,6 +69,11 @@ class Outcome:
     """The attempt this outcome ends (0 for a release: the handler did not run). Kept here, not
     derived at apply time: a lease expiry after a heartbeat recorded it must not count."""
 
+    def __post_init__(self) -> None:
+        if self.error is not None and len(self.error) > MAX_ERROR_CHARS:
+            cut = len(self.error) - MAX_ERROR_CHARS
+            self.error = f"{self.error[: MAX_ERROR_CHARS - 40]} ... [{cut + 40} characters cut]"
+
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"ref": self.ref, "id": self.id, "kind": self.kind, "at": self.at_ms}
         if self.error is not None:
@@ -107,6 +119,10 @@ class Ticket:
     """That message's id (None when the claim recorded the first message before reading it)."""
     outcomes: list[Outcome] = field(default_factory=list)
     history: list[dict[str, Any]] = field(default_factory=list)
+    applied: int = 0
+    """Refs of a committed ticket whose outcomes are applied and sources retired, from the
+    first: an apply cut short by its time budget records them, and the next applier starts
+    after them (working/apply.py)."""
     lease_ms: int = 0
     """The claim's lease: it expires this long after the ticket's last write, by S3's time
     (`storage.base.written_ago`); 0 in a ticket written by an older version (then
@@ -141,6 +157,8 @@ class Ticket:
         }
         if self.lease_ms:
             doc["lease"] = self.lease_ms
+        if self.applied:
+            doc["applied"] = self.applied
         return json.dumps(doc, separators=(",", ":")).encode()
 
     @classmethod
@@ -164,18 +182,19 @@ class Ticket:
                 outcomes=[Outcome.from_json(o) for o in doc.get("outcomes", [])],
                 history=list(doc.get("history", [])),
                 lease_ms=int(doc.get("lease", 0)),
+                applied=int(doc.get("applied", 0)),
             )
         except (ValueError, KeyError, TypeError) as exc:
             raise MalformedMessage(f"undecodable ticket: {exc}") from exc
 
     def to_payload(self, key: str, etag: str) -> dict[str, Any]:
-        """What the coordinator sends a worker: enough to claim without reading the ticket."""
-        return {
-            "queue": self.queue,
-            "ticket": key,
-            "etag": etag,
-            "doc": json.loads(self.encode("")),
-        }
+        """What the coordinator sends a worker: enough to claim without reading the ticket,
+        or, for a document above `INLINE_DOC_BYTES`, a reference the worker GETs."""
+        payload: dict[str, Any] = {"queue": self.queue, "ticket": key, "etag": etag}
+        encoded = self.encode("")
+        if len(encoded) <= INLINE_DOC_BYTES:
+            payload["doc"] = json.loads(encoded)
+        return payload
 
     def finished(self) -> set[tuple[str, str]]:
         return {(o.ref, o.id) for o in self.outcomes}
