@@ -235,6 +235,7 @@ class GroupCommit:
         now = key_time(queue.clock)  # the close: after every member's enqueue started
         object_id = records[0].id if len(records) == 1 else new_id(now)
         if group is not None:
+            now = writer.grouped_now()
             visible = now + delay_ms
             key = MsgKey(now, object_id, group, visible if delay_ms else 0, len(records))
         else:
@@ -243,7 +244,7 @@ class GroupCommit:
         try:
             writer.create(full, writer.encode(records))
             if group is not None:
-                writer.notice_if_late(keys, key)
+                writer.landed(keys, key)
         except Exception as exc:  # noqa: BLE001 - raised in every caller this object carried
             for entry in chunk:
                 entry.durable.settle(exc)

@@ -11,7 +11,7 @@ from collections.abc import Iterable, Mapping
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, BinaryIO
 
-from s3queue.common.clock import Clock, SystemClock
+from s3queue.common.clock import Clock
 from s3queue.common.events import Emitter, Listener
 from s3queue.errors import InvalidArgument
 from s3queue.operations import admin
@@ -31,6 +31,7 @@ from s3queue.protocol.payload import INLINE_BYTES, source_size
 from s3queue.protocol.records import Payload, Record, record_for
 from s3queue.protocol.writer import Writer
 from s3queue.storage.base import Storage
+from s3queue.storage.servertime import server_time
 from s3queue.storage.streams import Chained, Source
 
 if TYPE_CHECKING:
@@ -69,7 +70,8 @@ class Queue:
         self.name = check_queue_name(name)
         self.storage = storage
         self.keys = QueueKeys(prefix, name)
-        self.clock = clock or SystemClock()
+        self.clock = clock or server_time(storage)
+        """S3's time by default (storage/servertime.py): keys never depend on this host's clock."""
         self.max_message_bytes = max_message_bytes
         self.emit = Emitter(name, listener)
         self._tickets: admin.TicketCache = {}

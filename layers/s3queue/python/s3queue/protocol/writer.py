@@ -64,7 +64,10 @@ class Writer:
         return self.put_one(keys, record, key, self.encode([record]), now)
 
     def key_for(self, record: Record, delay_ms: int, now: int) -> MsgKey:
-        """The key of `record` as one message object enqueued at `now`."""
+        """The key of `record` as one message object enqueued at `now` (a grouped one: no
+        earlier than S3's time, `grouped_now`)."""
+        if record.group is not None:
+            now = self.grouped_now()
         visible = now + delay_ms
         # The key's id is always a generated one: keys of one millisecond sort by it, and only
         # generated ids follow enqueue order (a group's FIFO); an explicit id is in the record.
@@ -85,7 +88,7 @@ class Writer:
         else:
             self.create(keys.msg_key(key), data)
         if record.group is not None:
-            self.notice_if_late(keys, key)
+            self.landed(keys, key)
         self.emit("enqueue", now, message_id=record.id, key=keys.msg_key(key))
         return written
 
@@ -100,6 +103,23 @@ class Writer:
 
     def create(self, key: str, encoded: tuple[bytes, str]) -> None:
         self.storage.put(key, encoded[0], if_none_match=True, token=encoded[1])
+
+    def grouped_now(self) -> int:
+        """The key time of a grouped message: S3's time, once the clock knows it (a clock that
+        learns S3's time from answers asks once, `ServerClock.calibrate`, before the first)."""
+        calibrate = getattr(self.clock, "calibrate", None)
+        if calibrate is not None:
+            calibrate()
+        return key_time(self.clock)
+
+    def landed(self, keys: QueueKeys, key: MsgKey) -> None:
+        """A grouped message's PUT returned: a late notice if it took long, then the commit wait
+        of a clock that knows S3's time only within bounds (`ServerClock.wait_past`): once
+        it returns, S3's time has passed the key, so any later enqueue keys after it."""
+        self.notice_if_late(keys, key)
+        wait_past = getattr(self.clock, "wait_past", None)
+        if wait_past is not None:
+            wait_past(key.sort_ms)
 
     def notice_if_late(self, keys: QueueKeys, key: MsgKey) -> None:
         """Put late notices until one lands within `LANDING_MS` of its key time (see module)."""

@@ -39,6 +39,11 @@ class MemoryStorage:
         self._keys: list[str] = []
         self._lock = threading.Lock()
 
+    @property
+    def server_clock(self) -> Clock:
+        """S3's time here: the store's own clock (it stamps Last-Modified and answers Date)."""
+        return self._clock
+
     def get(self, key: str) -> Object | None:
         with self._lock:
             stored = self._objects.get(key)

@@ -65,6 +65,7 @@ from botocore.exceptions import (
 from s3queue.errors import (
     Conflict,
     Consumed,
+    S3QueueError,
     StorageError,
 )
 from s3queue.storage.base import (
@@ -84,6 +85,7 @@ from s3queue.storage.responses import served as _served
 from s3queue.storage.responses import unquote as _unquote
 from s3queue.storage.retry import Retrier, Sleep
 from s3queue.storage.sending import TOKEN_METADATA, just_below, no_blind_resend, not_after
+from s3queue.storage.servertime import ServerClock
 from s3queue.storage.streams import Body, ResumableReader, Source, buffered
 
 log = logging.getLogger(__name__)
@@ -96,6 +98,10 @@ COPY_LIMIT = 5 * 1024**3
 """The largest object one CopyObject copies; larger ones take a multipart copy."""
 FOLDER_PAGE = MAX_KEYS
 """Keys and folders per LIST of `S3Storage.list_folders` (a test pages with fewer)."""
+
+
+CLOCK_PROBE_KEY = "s3queue-clock-probe"
+"""Asked for by HEAD only: its 404 answer carries S3's time."""
 
 
 class S3Storage:
@@ -134,6 +140,14 @@ class S3Storage:
         client.meta.events.register_first(
             "needs-retry.s3.PutObject", no_blind_resend, unique_id="s3queue-create-once"
         )
+        self.server_clock = ServerClock(probe=self._probe_time)
+        """S3's time, learnt from the ``Date`` of every answer (servertime.py)."""
+        self._retry.watcher = self.server_clock
+
+    def _probe_time(self) -> None:
+        """One HEAD (of a key nobody writes) for its ``Date``, when no answer told S3's time."""
+        with contextlib.suppress(S3QueueError):
+            self.head(CLOCK_PROBE_KEY)
 
     def get(self, key: str) -> Object | None:
         def fetch() -> Object:
