@@ -32,11 +32,12 @@ from s3queue.working.worker import Worker
 
 from chaos import workload
 from chaos.history import History
-from chaos.process import Crash, Hazards, ProcessStorage, SkewedClock
+from chaos.process import Crash, Drift, Hazards, ProcessStorage, SkewedClock
 
 QUEUE = "chaos"
 PREFIX = "s3queue"  # the default prefix of Coordinator, Worker and Queue
 NO_HAZARDS = Hazards()
+NO_DRIFT = Drift()
 
 
 class Actor(Protocol):
@@ -63,6 +64,7 @@ class Role:
     name: str
     offset_ms: int = 0
     hazards: Hazards = NO_HAZARDS
+    drift: Drift = NO_DRIFT
 
 
 class Invocations:
@@ -130,7 +132,15 @@ class World:
 
     def process(self, actor: Actor, role: Role, owner: str) -> tuple[ProcessStorage, SkewedClock]:
         """The storage and clock of one new process of `actor`."""
-        clock = SkewedClock(self.clock, role.offset_ms, sleep=actor.sleep)
+        clock = SkewedClock(
+            self.clock,
+            role.offset_ms,
+            sleep=actor.sleep,
+            drift=role.drift,
+            rng=actor.rng,
+            history=self.history,
+            actor=owner,
+        )
         storage = ProcessStorage(
             self.storage_for(role.name, actor),
             owner,
