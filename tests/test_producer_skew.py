@@ -158,5 +158,5 @@ def test_a_grouped_enqueue_costs_one_put_and_a_commit_wait_on_seaweedfs(
         queue.enqueue(i, group="g")
     assert sent.count("PUT") == 50
     assert sent.count("HEAD") <= 8 and len(sent) == sent.count("PUT") + sent.count("HEAD")
-    low, high = queue.clock.offsets()  # type: ignore[attr-defined]
+    low, high = queue.writer.order.offsets()  # type: ignore[attr-defined]
     assert high - low <= 500  # the commit wait has shrunk to about two round trips

@@ -22,7 +22,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import partial
 
-from s3queue.common.clock import Clock, ms
+from s3queue.common.clock import Clock, SystemClock, ms
 from s3queue.common.concurrency import RunAll, Threads, settled
 from s3queue.common.events import Emitter, Listener
 from s3queue.contract.settings import CoordinatorSettings, QueueSettings
@@ -47,7 +47,6 @@ from s3queue.protocol.keys import PARTITION, QueueKeys, check_queue_name
 from s3queue.protocol.lease import LeaderLease
 from s3queue.protocol.tickets import Ticket
 from s3queue.storage.base import Entry, Storage, iter_keys
-from s3queue.storage.servertime import server_time
 
 __all__ = ["Coordinator", "Invoker", "Known", "RunAll", "TickResult"]
 
@@ -94,7 +93,7 @@ class Coordinator:
         self.keys = QueueKeys(prefix, check_queue_name(queue))
         self.settings = settings or QueueSettings()
         self.config = coordination or CoordinatorSettings()
-        self.clock = clock or server_time(storage)  # S3's time (storage/servertime.py)
+        self.clock = clock or SystemClock()
         self.emit = Emitter(queue, listener)
         self.owner = owner or uuid.uuid4().hex[:12]
         self.lease = LeaderLease(

@@ -11,7 +11,7 @@ from collections.abc import Iterable, Mapping
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, BinaryIO
 
-from s3queue.common.clock import Clock
+from s3queue.common.clock import Clock, SystemClock
 from s3queue.common.events import Emitter, Listener
 from s3queue.errors import InvalidArgument
 from s3queue.operations import admin
@@ -70,8 +70,7 @@ class Queue:
         self.name = check_queue_name(name)
         self.storage = storage
         self.keys = QueueKeys(prefix, name)
-        self.clock = clock or server_time(storage)
-        """S3's time by default (storage/servertime.py): keys never depend on this host's clock."""
+        self.clock = clock or SystemClock()
         self.max_message_bytes = max_message_bytes
         self.emit = Emitter(name, listener)
         self._tickets: admin.TicketCache = {}
@@ -79,6 +78,7 @@ class Queue:
             storage,
             self.keys,
             clock=self.clock,
+            order=clock or server_time(storage),
             emit=self.emit,
             max_message_bytes=max_message_bytes,
         )

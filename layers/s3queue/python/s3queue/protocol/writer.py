@@ -44,8 +44,12 @@ class Writer:
         clock: Clock,
         emit: Emitter,
         max_message_bytes: int,
+        order: Clock | None = None,
     ) -> None:
         self.storage, self.keys, self.clock, self.emit = storage, keys, clock, emit
+        self.order = order or clock
+        """The clock of grouped keys: S3's time by default (storage/servertime.py), so a group's
+        order does not depend on any producer's clock; `clock` keys the rest."""
         self.name = keys.queue
         self.max_message_bytes = max_message_bytes
 
@@ -107,23 +111,24 @@ class Writer:
     def grouped_now(self) -> int:
         """The key time of a grouped message: S3's time, once the clock knows it (a clock that
         learns S3's time from answers asks once, `ServerClock.calibrate`, before the first)."""
-        calibrate = getattr(self.clock, "calibrate", None)
+        calibrate = getattr(self.order, "calibrate", None)
         if calibrate is not None:
             calibrate()
-        return key_time(self.clock)
+        return key_time(getattr(self.order, "latest", self.order))
 
     def landed(self, keys: QueueKeys, key: MsgKey) -> None:
         """A grouped message's PUT returned: a late notice if it took long, then the commit wait
         of a clock that knows S3's time only within bounds (`ServerClock.wait_past`): once
         it returns, S3's time has passed the key, so any later enqueue keys after it."""
         self.notice_if_late(keys, key)
-        wait_past = getattr(self.clock, "wait_past", None)
+        wait_past = getattr(self.order, "wait_past", None)
         if wait_past is not None:
             wait_past(key.sort_ms)
 
     def notice_if_late(self, keys: QueueKeys, key: MsgKey) -> None:
         """Put late notices until one lands within `LANDING_MS` of its key time (see module)."""
-        landed_by, now = key.sort_ms, key_time(self.clock)
+        latest = getattr(self.order, "latest", self.order)  # lateness: never underestimated
+        landed_by, now = key.sort_ms, key_time(latest)
         for _ in range(MAX_NOTICES):
             if now - landed_by <= LANDING_MS:
                 return
@@ -132,7 +137,7 @@ class Writer:
             body = json.dumps({"v": 1, "token": token, "notice": keys.msg_key(key)}).encode()
             self.storage.put(notice, body, if_none_match=True, token=token)
             self.emit("late_notice", now, key=keys.msg_key(key), notice=notice)
-            landed_by, now = now, key_time(self.clock)
+            landed_by, now = now, key_time(latest)
         _log.warning("%s: every late notice for %s landed late", self.name, key.name())
 
     def put_once(

@@ -55,7 +55,7 @@ class MonotonicClock:
 
 
 class ServerClock:
-    """S3's time: `now_ms` is the latest it can be now, `earliest_ms` the earliest (module doc).
+    """S3's time: `now_ms` is the earliest it can be now, `latest.now_ms` the latest (module doc).
 
     Before any answer arrived it is its local clock; `calibrate` asks `probe` (one cheap
     request) once for an answer. Without answers `wait_past` waits for nothing.
@@ -65,7 +65,10 @@ class ServerClock:
         self.base: Clock = base or MonotonicClock()
         self.probe = probe
         self._calibrated = False
-        self._mark = 0
+        self._marks = [0, 0]
+        """The highest earliest and latest read: bounds fall as answers narrow them."""
+        self.latest = Latest(self)
+        """The same time as its latest possible reading: a grouped key's clock."""
         self._lock = threading.Lock()
         self._samples: deque[tuple[int, int, int]] = deque(maxlen=MAX_SAMPLES)
         """(received, low, high): S3's time minus the local clock lies in [low, high]."""
@@ -111,25 +114,23 @@ class ServerClock:
             self.probe()
 
     def now_ms(self) -> int:
-        """The latest S3's clock can read now; never less than an earlier answer (the bound
-        falls as answers narrow it: a key drawn from it must not be ahead of a later `now`)."""
+        """The earliest S3's clock can read now (never less than an earlier reading): a time
+        S3 has certainly reached, for anything but a grouped key (`latest`)."""
+        return self._read(0)
+
+    def _read(self, side: int) -> int:
         offsets = self.offsets()
         if offsets is None:
             return self.base.now_ms()  # the local clock until S3 answers: no mark from it
-        latest = self.base.now_ms() + offsets[1]
+        value = self.base.now_ms() + offsets[side]
         with self._lock:
-            self._mark = max(self._mark, latest)
-            return self._mark
+            self._marks[side] = max(self._marks[side], value)
+            return self._marks[side]
 
     @property
     def calibrated(self) -> bool:
-        """Whether an answer has told S3's time (else `now_ms` is the local clock)."""
+        """Whether an answer has told S3's time (else it reads the local clock)."""
         return self.offsets() is not None
-
-    def earliest_ms(self) -> int:
-        """The earliest S3's clock can read now."""
-        offsets = self.offsets()
-        return self.base.now_ms() + (offsets[0] if offsets else 0)
 
     def wait_past(self, s3_ms: int) -> None:
         """Return once S3's clock has certainly passed `s3_ms` (the commit wait).
@@ -161,6 +162,23 @@ class ServerClock:
 
     def sleep(self, seconds: float) -> None:
         self.base.sleep(seconds)
+
+
+class Latest:
+    """A `ServerClock` read at the latest S3's clock can be now (never less than before)."""
+
+    def __init__(self, clock: ServerClock) -> None:
+        self.clock = clock
+
+    def now_ms(self) -> int:
+        return self.clock._read(1)
+
+    @property
+    def calibrated(self) -> bool:
+        return self.clock.calibrated
+
+    def sleep(self, seconds: float) -> None:
+        self.clock.sleep(seconds)
 
 
 def server_time(storage: object) -> Clock:

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, Literal
 
-from s3queue.common.clock import Clock
+from s3queue.common.clock import Clock, SystemClock
 from s3queue.common.concurrency import RunAll, Threads, settled
 from s3queue.common.events import Emitter, Listener
 from s3queue.contract.settings import CoordinatorSettings, QueueSettings
@@ -34,7 +34,6 @@ from s3queue.protocol.lease import read_lease
 from s3queue.protocol.records import Record
 from s3queue.protocol.tickets import Outcome, OutcomeKind, Ref, Ticket
 from s3queue.storage.base import Storage
-from s3queue.storage.servertime import server_time
 from s3queue.working.apply import apply_ticket
 from s3queue.working.claim import Beating, Claim
 from s3queue.working.guard import Guard
@@ -93,7 +92,7 @@ class Worker:
         self.storage = storage
         self.keys = QueueKeys(prefix, check_queue_name(queue))
         self.settings = settings or QueueSettings()
-        self.clock = clock or server_time(storage)  # S3's time (storage/servertime.py)
+        self.clock = clock or SystemClock()
         self.rng = rng or random.Random()
         self.owner = owner or uuid.uuid4().hex[:12]
         self.emit = Emitter(queue, listener)
