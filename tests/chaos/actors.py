@@ -27,12 +27,13 @@ from s3queue.errors import S3QueueError
 from s3queue.producing.producer import Queue
 from s3queue.protocol.keys import QueueKeys
 from s3queue.storage.base import Storage
+from s3queue.storage.servertime import ServerClock
 from s3queue.working.pull import Puller
 from s3queue.working.worker import Worker
 
 from chaos import workload
 from chaos.history import History
-from chaos.process import Crash, Drift, Hazards, ProcessStorage, SkewedClock
+from chaos.process import Answering, Crash, Drift, Hazards, ProcessStorage, SkewedClock
 
 QUEUE = "chaos"
 PREFIX = "s3queue"  # the default prefix of Coordinator, Worker and Queue
@@ -270,6 +271,11 @@ def producer(
 ) -> Callable[[Actor], None]:
     def body(actor: Actor) -> None:
         storage, clock = world.process(actor, role, role.name)
+        # As in production, a group's keys are S3's time, learnt from the answers' Date
+        # (storage/servertime.py): here the reference clock, in whole seconds.
+        order = ServerClock(clock)
+        storage = Answering(storage, world.clock, order)  # type: ignore[assignment]
+        order.probe = lambda: storage.head(f"{PREFIX}/{QUEUE}/clock-probe") and None
         queue = Queue(
             QUEUE,
             storage=storage,
@@ -277,6 +283,7 @@ def producer(
             max_message_bytes=world.settings.max_message_bytes,
             listener=world.history.listener(role.name),
         )
+        queue.writer.order = order
         sender = workload.Producer(queue, world.history, expected, actor.rng)
         if mix.malformed:
             sender.put_malformed(

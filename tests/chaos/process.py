@@ -23,6 +23,7 @@ from s3queue.common.clock import Clock
 from s3queue.errors import MalformedMessage
 from s3queue.protocol.tickets import Ticket
 from s3queue.storage.base import Head, Object, Page, Storage
+from s3queue.storage.servertime import ServerClock
 from s3queue.storage.streams import Source
 from s3queue.working.guard import WorkerKilled
 
@@ -250,3 +251,26 @@ class SkewedClock:
 
     def sleep(self, seconds: float) -> None:
         self._sleep(seconds)
+
+
+class Answering:
+    """A storage whose every answer tells `order` S3's time as ``Date`` would: the reference
+    clock `true`, in whole seconds (a producer's `ServerClock` learns from it)."""
+
+    def __init__(self, inner: Storage, true: Clock, order: ServerClock) -> None:
+        self.inner, self.true, self.order = inner, true, order
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self.inner, name)
+        if not callable(attr):
+            return attr
+
+        def answered(*args: Any, **kwargs: Any) -> Any:
+            sent = self.order.local_ms()
+            try:
+                return attr(*args, **kwargs)
+            finally:
+                date = self.true.now_ms() // 1000 * 1000
+                self.order.observe(date, sent, self.order.local_ms())
+
+        return answered
