@@ -432,7 +432,7 @@ def test_late_apply_cannot_revive_a_consumed_retry_copy() -> None:
     h.tick()
     worker_module = __import__("s3queue.working.worker", fromlist=["apply_ticket"])
     real_apply, paused = worker_module.apply_ticket, []
-    worker_module.apply_ticket = lambda *args: paused.append(args)
+    worker_module.apply_ticket = lambda *args, **_: paused.append(args) or True
     handler = Recorder(fail=lambda m: RuntimeError("once") if m.attempt == 1 else None)
     try:
         h.work(handler)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -27,6 +28,7 @@ from s3queue.dispatching.coordinator import Coordinator
 from s3queue.errors import S3QueueError
 from s3queue.message import Message
 from s3queue.producing.producer import Queue
+from s3queue.storage.base import Object, Page
 from s3queue.storage.s3 import S3Storage
 from s3queue.working.guard import WorkerKilled
 from s3queue.working.worker import Worker
@@ -73,8 +75,11 @@ class Setup:
         self.settings = QueueSettings.from_mapping(EMAILS)
         self.queue = Queue("send_email", storage=self.storage)
         self.invocations: list[dict[str, Any]] = []
+        # moto stamps Last-Modified and Date with the real time; a fake clock drives them here,
+        # since expiry is judged by S3's time (issue 19.7)
+        coordinating = self.storage if clock is None else _AnsweringAt(self.storage, clock)
         self.coordinator = Coordinator(
-            self.storage,
+            coordinating,  # type: ignore[arg-type]
             "send_email",
             invoker=self.invocations.append,
             settings=self.settings,
@@ -90,6 +95,25 @@ class Setup:
 
     def keys(self, part: str) -> list[str]:
         return [e.key for e in self.storage.list(f"s3queue/send_email/{part}").entries]
+
+
+class _AnsweringAt:
+    """A storage whose answers carry `clock`'s time as S3's (their ``Date``)."""
+
+    def __init__(self, inner: S3Storage, clock: FakeClock) -> None:
+        self.inner, self.clock = inner, clock
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def list(self, prefix: str, **kwargs: Any) -> Page:
+        page = self.inner.list(prefix, **kwargs)
+        now = self.clock.now_ms()
+        return Page([replace(e, served_ms=now) for e in page.entries], page.truncated)
+
+    def get(self, key: str) -> Object | None:
+        found = self.inner.get(key)
+        return None if found is None else replace(found, served_ms=self.clock.now_ms())
 
 
 def email(name: str, to: str | None = None) -> dict[str, str]:

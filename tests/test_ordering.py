@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import json
+import threading
 from typing import Any
 
 from harness import QUEUE, Harness, Recorder
 from s3queue.common.events import Event
 from s3queue.contract.settings import QueueSettings
+from s3queue.producing.batch import Item
 from s3queue.producing.producer import Queue
+from s3queue.protocol.keys import key_time
 
 
 def test_group_in_order_one_in_flight() -> None:
@@ -188,3 +191,55 @@ def test_a_fast_grouped_put_and_an_ungrouped_slow_put_leave_no_notice() -> None:
     slow.enqueue("free")  # ungrouped: no order to keep, a sweep finds it
     assert not [k for k in h.keys("msg/") if "~p" in k]
     assert len(h.keys("msg/")) == 2
+
+
+class _SteppedClock:
+    """The harness clock seen through an offset the test moves (an NTP step on one host)."""
+
+    def __init__(self, h: Harness) -> None:
+        self.h, self.offset_ms = h, 0
+
+    def now_ms(self) -> int:
+        return self.h.clock.now_ms() + self.offset_ms
+
+    def sleep(self, seconds: float) -> None:
+        self.h.clock.sleep(seconds)
+
+
+def test_a_producer_clock_that_steps_back_keeps_its_group_in_order() -> None:
+    # GIVEN a producer that enqueues 0, 1 of a group, then its wall clock steps back 1 s
+    # (issue 19.5), then enqueues 2, 3 (one of each through enqueue_many, where keys are the same)
+    h = Harness(settings=QueueSettings(batch_size=1))
+    clock = _SteppedClock(h)
+    producer = Queue(QUEUE, storage=h.storage, clock=clock)
+    producer.enqueue(0, group="g")
+    producer.enqueue_many([Item(1, group="g")])
+    clock.offset_ms -= 1000
+    h.clock.advance(0.01)
+    producer.enqueue(2, group="g")
+    producer.enqueue_many([Item(3, group="g")])
+    # WHEN the queue is drained
+    handler = Recorder()
+    h.drain(handler)
+    # THEN the handler saw the group in enqueue order
+    assert handler.bodies() == [0, 1, 2, 3]
+
+
+def test_key_times_never_go_back_across_threads() -> None:
+    # GIVEN one injected clock that every thread reads while it steps back and forth
+    h = Harness()
+    clock = _SteppedClock(h)
+    stamps: list[list[int]] = [[] for _ in range(4)]
+
+    def stamp(out: list[int]) -> None:
+        for i in range(2000):
+            clock.offset_ms = -((i * 37) % 500)
+            out.append(key_time(clock))
+
+    threads = [threading.Thread(target=stamp, args=(out,)) for out in stamps]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    # THEN each thread's stamps never decrease
+    assert all(out == sorted(out) for out in stamps)

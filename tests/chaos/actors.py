@@ -28,16 +28,18 @@ from s3queue.errors import S3QueueError
 from s3queue.producing.producer import Queue
 from s3queue.protocol.keys import QueueKeys
 from s3queue.storage.base import Storage
+from s3queue.storage.servertime import ServerClock
 from s3queue.working.pull import Puller
 from s3queue.working.worker import Worker
 
 from chaos import workload
 from chaos.history import History
-from chaos.process import Crash, Hazards, ProcessStorage, SkewedClock
+from chaos.process import Answering, Crash, Drift, Hazards, ProcessStorage, SkewedClock
 
 QUEUE = "chaos"
 PREFIX = "s3queue"  # the default prefix of Coordinator, Worker and Queue
 NO_HAZARDS = Hazards()
+NO_DRIFT = Drift()
 
 
 class Actor(Protocol):
@@ -64,6 +66,7 @@ class Role:
     name: str
     offset_ms: int = 0
     hazards: Hazards = NO_HAZARDS
+    drift: Drift = NO_DRIFT
 
 
 class Invocations:
@@ -131,7 +134,15 @@ class World:
 
     def process(self, actor: Actor, role: Role, owner: str) -> tuple[ProcessStorage, SkewedClock]:
         """The storage and clock of one new process of `actor`."""
-        clock = SkewedClock(self.clock, role.offset_ms, sleep=actor.sleep)
+        clock = SkewedClock(
+            self.clock,
+            role.offset_ms,
+            sleep=actor.sleep,
+            drift=role.drift,
+            rng=actor.rng,
+            history=self.history,
+            actor=owner,
+        )
         storage = ProcessStorage(
             self.storage_for(role.name, actor),
             owner,
@@ -308,6 +319,11 @@ def _producer_process(
     and whether its redrive finished), with its own storage and clock."""
     name = role.name if life == 1 else f"{role.name}.{life}"
     storage, clock = world.process(actor, role, name)
+    # As in production, a group's keys are S3's time, learnt from the answers' Date
+    # (storage/servertime.py): here the reference clock, in whole seconds.
+    order = ServerClock(clock)
+    storage = Answering(storage, world.clock, order)  # type: ignore[assignment]
+    order.probe = lambda: storage.head(f"{PREFIX}/{QUEUE}/clock-probe") and None
     queue = Queue(
         QUEUE,
         storage=storage,
@@ -315,6 +331,7 @@ def _producer_process(
         max_message_bytes=world.settings.max_message_bytes,
         listener=world.history.listener(role.name),
     )
+    queue.writer.order = order
     sender = workload.Producer(queue, world.history, expected, actor.rng)
     if dead is not None:
         sender.explicit, sender.redriving = dead.explicit, dead.redriving

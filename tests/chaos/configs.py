@@ -10,7 +10,7 @@ from s3queue.contract.settings import CoordinatorSettings, QueueSettings
 from s3queue.dispatching.service import ServeSettings
 
 from chaos import workload
-from chaos.process import Hazards
+from chaos.process import Drift, Hazards
 
 SETTINGS = QueueSettings(
     visibility_timeout=20,
@@ -127,6 +127,11 @@ class Config:
     and its record, a marker and its message, a PUT and its late notice."""
     skew_ms: int = 0
     """Each actor's clock is off by a uniform amount in [-skew/2, +skew/2]."""
+    apply_step: int = 0
+    """Refs an apply does between records of its progress (0: `apply.APPLY_STEP`): small,
+    so that runs with a Lambda deadline cut applies of ordinary tickets short too."""
+    drift: Drift = field(default_factory=Drift)
+    """Each process's clock drifts by a uniform rate in [-ppm, +ppm] and steps as it says."""
     invoke_duplicate: float = 0.0
     invoke_lose: float = 0.0
     heartbeat_thread: bool = False

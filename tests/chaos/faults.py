@@ -59,7 +59,17 @@ from s3queue.storage.streams import Source
 from chaos.history import History
 
 S3_KINDS = ("error500", "slowdown503", "conflict409", "latency", "reset", "lost_response")
-STORAGE_KINDS = ("error_before", "error_after", "lost_response", "conflict409", "latency")
+STORAGE_KINDS = (
+    "error_before",
+    "error_after",
+    "lost_response",
+    "conflict409",
+    "latency",
+    "stale_list",
+)
+STALE_LIST_MS = 2_000
+"""A ``stale_list`` LIST leaves out the keys written less than this long ago (S3's time): an
+S3-compatible store without strongly consistent listing (an opt-in profile, issue 19)."""
 _WRITES = frozenset({"PutObject", "DeleteObject", "DeleteObjects", "CopyObject"})
 _ERRORS = {
     "error500": (500, "InternalError", "We encountered an internal error. Please try again."),
@@ -201,6 +211,7 @@ class StorageFaults:
     backend's token recognition must turn the conflict into success. ``conflict409``: a
     conditional write or delete that did not apply, settled as the storage layer settles a
     refusal (`StorageError` while the condition holds). ``latency``: `pause` first.
+    ``stale_list``: a LIST that leaves out the keys written in the last `STALE_LIST_MS`.
     """
 
     def __init__(
@@ -215,8 +226,10 @@ class StorageFaults:
         self.log = log or FaultLog()
         self.pause = pause
 
-    def _fault(self, operation: str, key: str, *, write: bool, conditional: bool) -> str | None:
-        allowed = {"error_before", "latency"}
+    def _fault(
+        self, operation: str, key: str, *, write: bool, conditional: bool, stale: bool = False
+    ) -> str | None:
+        allowed = {"error_before", "latency"} | ({"stale_list"} if stale else set())
         if write:
             allowed |= {"error_after", "lost_response"}
         if conditional:
@@ -309,8 +322,12 @@ class StorageFaults:
         self._after(kind, "CopyObject", dest)
 
     def list(self, prefix: str, *, start_after: str | None = None, limit: int = 1000) -> Page:
-        self._fault("ListObjectsV2", prefix, write=False, conditional=False)
-        return self.inner.list(prefix, start_after=start_after, limit=limit)
+        kind = self._fault("ListObjectsV2", prefix, write=False, conditional=False, stale=True)
+        page = self.inner.list(prefix, start_after=start_after, limit=limit)
+        if kind != "stale_list":
+            return page
+        fresh = [e for e in page.entries if e.served_ms - e.last_modified_ms >= STALE_LIST_MS]
+        return Page(fresh, page.truncated)
 
     def list_folders(self, prefix: str) -> tuple[str, ...]:
         self._fault("ListObjectsV2", prefix, write=False, conditional=False)

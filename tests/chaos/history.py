@@ -247,6 +247,10 @@ class Oracle:
             t = Ticket.decode(body)
         except MalformedMessage:
             return
+        if t.state == "committed" and t.applied:
+            # an apply cut short recorded its progress: the same commit, not another one
+            self.history.record("apply_progress", "s3", ticket=key, applied=t.applied)
+            return
         created = t.state == "pending" and t.generation == 0 and not t.outcomes
         self.history.record(
             "ticket_write",

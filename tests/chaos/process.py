@@ -23,6 +23,7 @@ from s3queue.common.clock import Clock
 from s3queue.errors import MalformedMessage
 from s3queue.protocol.tickets import Ticket
 from s3queue.storage.base import Head, Object, Page, Storage
+from s3queue.storage.servertime import ServerClock
 from s3queue.storage.streams import Source
 from s3queue.working.guard import WorkerKilled
 
@@ -221,17 +222,71 @@ def _ticket_fields(key: str, body: bytes) -> dict[str, Any]:
     }
 
 
+@dataclass(frozen=True)
+class Drift:
+    """How a process's clock wanders (issue 19): a rate and steps (NTP corrections)."""
+
+    ppm: float = 0.0
+    """Runs this many millionths fast (negative: slow) of the reference time."""
+    step_rate: float = 0.0
+    """Chance per reading that the clock steps (an NTP correction, or a bad one) ..."""
+    step_ms: int = 0
+    """... to a uniform error in [-step_ms, +step_ms] from its offset: back and forth."""
+
+
 class SkewedClock:
-    """Another clock, `offset_ms` ahead (or behind, if negative); `sleep` as given."""
+    """Another clock, `offset_ms` ahead (or behind, if negative), drifting and stepping as
+    `drift` says (each step recorded as a ``clock_step`` in `history`); `sleep` as given."""
 
     def __init__(
-        self, base: Clock, offset_ms: int, sleep: Callable[[float], None] | None = None
+        self,
+        base: Clock,
+        offset_ms: int,
+        sleep: Callable[[float], None] | None = None,
+        *,
+        drift: Drift | None = None,
+        rng: Any = None,
+        history: History | None = None,
+        actor: str = "",
     ) -> None:
         self.base, self.offset_ms = base, offset_ms
         self._sleep = sleep or base.sleep
+        self.drift, self.rng, self.history, self.actor = drift or Drift(), rng, history, actor
+        self._start, self._offset = base.now_ms(), offset_ms
 
     def now_ms(self) -> int:
-        return self.base.now_ms() + self.offset_ms
+        now = self.base.now_ms()
+        drift = self.drift
+        if drift.step_rate and self.rng is not None and self.rng.random() < drift.step_rate:
+            error = self.rng.randint(-drift.step_ms, drift.step_ms)
+            step = self._offset + error - self.offset_ms
+            self.offset_ms += step
+            if self.history is not None:
+                self.history.record("clock_step", self.actor, step_ms=step)
+        return now + self.offset_ms + round((now - self._start) * drift.ppm / 1e6)
 
     def sleep(self, seconds: float) -> None:
         self._sleep(seconds)
+
+
+class Answering:
+    """A storage whose every answer tells `order` S3's time as ``Date`` would: the reference
+    clock `true`, in whole seconds (a producer's `ServerClock` learns from it)."""
+
+    def __init__(self, inner: Storage, true: Clock, order: ServerClock) -> None:
+        self.inner, self.true, self.order = inner, true, order
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self.inner, name)
+        if not callable(attr):
+            return attr
+
+        def answered(*args: Any, **kwargs: Any) -> Any:
+            sent = self.order.local_ms()
+            try:
+                return attr(*args, **kwargs)
+            finally:
+                date = self.true.now_ms() // 1000 * 1000
+                self.order.observe(date, sent, self.order.local_ms())
+
+        return answered

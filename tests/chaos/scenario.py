@@ -9,11 +9,12 @@ died of an exception the queue should never raise: guarantee 5) and ``stuck`` (n
 
 from __future__ import annotations
 
+import contextlib
 import random
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -22,6 +23,7 @@ from s3queue.protocol.keys import QueueKeys
 from s3queue.storage import MemoryStorage
 from s3queue.storage.base import Storage
 from s3queue.storage.s3 import S3Storage
+from s3queue.working import apply
 
 from chaos import actors, checker, flow, workload
 from chaos.cluster import Cluster
@@ -87,7 +89,10 @@ def _spawn(
     half = config.skew_ms // 2
 
     def role(name: str, hazards: Hazards = NO_HAZARDS) -> actors.Role:
-        return actors.Role(name, rng.randint(-half, half) if half else 0, hazards)
+        offset = rng.randint(-half, half) if half else 0
+        ppm = config.drift.ppm
+        drift = replace(config.drift, ppm=rng.uniform(-ppm, ppm)) if ppm else config.drift
+        return actors.Role(name, offset, hazards, drift)
 
     world = actors.World(
         history=history,
@@ -145,7 +150,9 @@ def expectation(config: Config, expected: workload.Expected, *, drained: bool) -
         poison=frozenset(expected.poison),
         dead_at_once=frozenset(expected.dead_at_once),
         maybe_dead=frozenset(expected.maybe_dead),
-        skew_ms=config.skew_ms,
+        # how far two clocks may be apart: the offsets, a step each, and a drift each
+        skew_ms=config.skew_ms
+        + 2 * (config.drift.step_ms + round(config.drift.ppm * config.max_s / 1000)),
         drained=drained,
         rate_limit=s.rate_limit,
     )
@@ -168,7 +175,7 @@ def run_sim(config: Config, *, watch: Callable[[Entry], None] | None = None) -> 
 
     sim = Sim(config.seed, clock)
     crashed: ActorFailed | None = None
-    with patch_ids(config.seed):
+    with patch_ids(config.seed), _apply_step(config.apply_step):
         expected = _spawn(sim, config, storage_for, clock, history)
         start_ms = clock.now_ms()
         try:
@@ -242,12 +249,25 @@ def _conclude(
     return Result(config, report, history, final, _fault_counts(log, history), finished, 0.0)
 
 
+@contextlib.contextmanager
+def _apply_step(step: int) -> Iterator[None]:
+    """Applies record their progress every `step` refs during the run (0: as shipped)."""
+    saved = apply.APPLY_STEP
+    apply.APPLY_STEP = step or saved
+    try:
+        yield
+    finally:
+        apply.APPLY_STEP = saved
+
+
 def _fault_counts(log: FaultLog, history: History) -> Counter[str]:
     counts = Counter(log.counts)
     for e in history:
         if e.kind == "crash":
             timeout = "Lambda timeout" in str(e.get("where"))
             counts["lambda_timeout" if timeout else f"crash_{e.actor[0]}"] += 1
+        elif e.kind in ("clock_step", "apply_paused", "apply_progress"):
+            counts[e.kind] += 1
         elif e.kind in ("freeze", "invoke_lost"):
             counts[f"{e.kind}_{e.actor[0]}" if e.kind == "freeze" else e.kind] += 1
     return counts

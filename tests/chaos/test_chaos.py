@@ -25,7 +25,7 @@ from s3queue.contract.settings import CoordinatorSettings, QueueSettings
 from s3queue.local.seaweed import EmbeddedS3
 
 from chaos.configs import PRODUCER_HAZARDS, SEAMS_MIX, SETTINGS, Config, real_time
-from chaos.process import Hazards
+from chaos.process import Drift, Hazards
 from chaos.rig import Bench
 from chaos.scenario import Result, run_cluster, run_sim
 from chaos.workload import Mix, plan
@@ -33,6 +33,37 @@ from chaos.workload import Mix, plan
 pytestmark = pytest.mark.chaos
 
 WORKER_CRASHES = Hazards(crash_rate=0.02)
+WITHIN = Drift(ppm=100, step_rate=0.001, step_ms=500)
+"""Clocks that drift 100 ppm and step by up to 0.5 s (with offsets of up to 0.5 s): a leader
+within 1.5 s of S3's time, the bound of docs/guarantees.md."""
+BEYOND = Drift(ppm=20_000, step_rate=0.002, step_ms=600_000)
+"""Clocks that drift 2 % and step by up to 10 minutes."""
+DEGRADE_BEYOND = frozenset({"early_retry", "backoff_bounds", "fifo"})
+"""What clocks beyond the bounds may cost: a retry's backoff (judged by the worker's and the
+leader's clocks) and, through it, a group's order. Never a loss, a second valid lease, or an
+uncounted duplicate: expiry is judged by S3's time (issue 19.7)."""
+DEGRADE_STALE_LIST = frozenset(
+    {
+        "two_valid_leases",
+        "committed_twice",
+        "unexplained_duplicate",
+        "duplicated",
+        "attempt_accounting",
+        "error_history",
+        "early_retry",
+        "fifo",
+        "retries_not_exact",
+        "dlq_mismatch",
+        "early_redelivery",
+        "invisible_redelivery",
+        # the pause switch lives beside the tickets and is seen in their LIST: omitted, a
+        # leader goes on dispatching until a LIST shows it (flow control: pause)
+        "paused_dispatch",
+    }
+)
+"""What a LIST that omits recent keys costs (docs/guarantees.md): a live ticket missing from
+the leader's LIST is forgotten and its messages dispatched again, so exactly-once claim, no
+duplicates, retry accounting and FIFO go; never a loss."""
 FAMILIES: dict[str, dict[str, Any]] = {
     "quiet": {},
     "s3-errors": {"faults": {"error_before": 0.03}},
@@ -59,6 +90,16 @@ FAMILIES: dict[str, dict[str, Any]] = {
         "faults": {"latency": 0.05},
         "worker_hazards": WORKER_CRASHES,
     },
+    "clock-steps-and-drift": {"skew_ms": 1_000, "drift": WITHIN, "worker_hazards": WORKER_CRASHES},
+    "apply-under-a-time-budget": {
+        # tickets of up to 20 refs, slow S3 calls and handlers: the Lambda deadline cuts
+        # applies short, and they record progress every 3 refs
+        "settings": replace(SETTINGS, batch_size=20),
+        "faults": {"latency": 0.3},
+        "apply_step": 3,
+        "mix": Mix(slow=0.1, killer=0.02),
+        "worker_hazards": WORKER_CRASHES,
+    },
     "everything": {
         "faults": {"error_before": 0.01, "error_after": 0.005, "lost_response": 0.01},
         "worker_hazards": Hazards(crash_rate=0.01, freeze_rate=0.005, freeze_s=(5, 60)),
@@ -77,8 +118,8 @@ _PERMIT_WINDOW = (
     "limit is exceeded and nothing is lost; the fix is a permit taken at claim time"
 )
 KNOWN: dict[tuple[str, int], str] = {
-    # Seed 2 until the seams merge; seed 1 since (its runs now take other turns).
-    ("rate-limited", 1): _PERMIT_WINDOW,
+    # Which seed meets it moves with any change of timing (seed 2, then 1, now 3).
+    ("rate-limited", 3): _PERMIT_WINDOW,
 }
 """(family, seed) -> the known core bug that breaks it (each has a minimal test in
 test_core_bugs.py); the run's report names the invariants."""
@@ -152,6 +193,8 @@ def test_every_fault_family_injects_its_faults() -> None:
         "coordinator-freezes": "freeze_c",
         "invocations-duplicated-and-lost": "invoke_lost",
         "lambda-timeouts-and-slow-handlers": "lambda_timeout",
+        "clock-steps-and-drift": "clock_step",
+        "apply-under-a-time-budget": "apply_progress",
     }
     for family, kind in expected.items():
         assert family_run(family, 1).faults[kind] > 0, family
@@ -187,17 +230,36 @@ def test_a_seed_replays_exactly() -> None:
 
 
 @pytest.mark.parametrize("seed", SEEDS)
-def test_skew_beyond_the_tolerance_reaps_early_but_loses_nothing(seed: int) -> None:
-    """Clocks 20 s apart with a 3 s tolerance: a lease can be reaped before its visibility
-    timeout (early_redelivery, a duplicate execution); fencing still rejects the stale
-    holder, so nothing is lost or committed twice."""
+def test_skew_beyond_the_tolerance_neither_reaps_early_nor_loses_anything(seed: int) -> None:
+    """Clocks 20 s apart with a 3 s tolerance. Before issue 19.7 a lease could be reaped before
+    its visibility timeout (early_redelivery); expiry is now judged by S3's time (Last-Modified
+    and the answer's Date), so no host's clock decides it. Producer skew still bears on FIFO
+    between producers (issue 19.6, see guarantees.md), so `fifo` is checked apart."""
     result = sim("skew-within-tolerance", seed, skew_ms=20_000)
-    assert result.report.invariants() - {"fifo"} <= {"early_redelivery"}, result.explain()
+    assert result.report.invariants() - {"fifo"} == set(), result.explain()
 
 
-def test_skew_beyond_the_tolerance_does_reap_early() -> None:
-    early = [sim("skew-within-tolerance", s, skew_ms=20_000).report for s in SEEDS]
-    assert any("early_redelivery" in r.invariants() for r in early)
+@pytest.mark.parametrize("seed", SEEDS)
+def test_clocks_stepping_and_drifting_far_beyond_the_bounds_lose_nothing(seed: int) -> None:
+    result = sim("clock-steps-and-drift", seed, skew_ms=20_000, drift=BEYOND)
+    assert result.finished, result.explain()
+    assert result.faults["clock_step"] > 0
+    assert result.report.invariants() <= DEGRADE_BEYOND, result.explain()
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_a_store_without_strongly_consistent_listing_loses_nothing(seed: int) -> None:
+    """Opt-in profile (soak.py ``stale-listing``): 20 % of LISTs omit the keys written in the
+    last 2 s. The run names what degrades; nothing is lost or left behind."""
+    result = sim("worker-crashes", seed, faults={"stale_list": 0.2})
+    assert result.finished, result.explain()
+    assert result.faults["stale_list"] > 0
+    assert result.report.invariants() <= DEGRADE_STALE_LIST, result.explain()
+
+
+def test_skew_far_beyond_the_tolerance_never_reaps_early() -> None:
+    early = [sim("skew-within-tolerance", s, skew_ms=600_000).report for s in SEEDS]
+    assert not any("early_redelivery" in r.invariants() for r in early)
 
 
 # --- one slow handler, a skewed worker clock, a coordinator ticking every second ------------
@@ -237,12 +299,13 @@ def test_worker_clock_behind_within_the_tolerance_keeps_its_lease() -> None:
     assert report.counts["runs"] == 1 and report.counts["expiries"] == 0
 
 
-def test_worker_clock_behind_beyond_the_tolerance_is_reaped_early() -> None:
-    # 12 s behind: reaped 23 s after its claim, before the 30 s visibility timeout
+def test_worker_clock_behind_beyond_the_tolerance_keeps_its_lease() -> None:
+    # 12 s behind: its lease_until is 12 s early; before issue 19.7 it was reaped 23 s after its
+    # claim. S3's time says the ticket was written 29.5 s ago at most: not expired.
     bench = slow_handler_under_skew(-12_000, 29.5)
     report = bench.check()
-    assert report.invariants() == {"early_redelivery"}, report.summary()
-    assert report.counts["runs"] == 2 and len(bench.history.of("lease_lost")) == 1
+    assert report.ok, report.summary()
+    assert report.counts["runs"] == 1 and report.counts["expiries"] == 0
 
 
 def test_handler_slower_than_its_visibility_timeout_is_redelivered_and_fenced() -> None:
@@ -338,3 +401,11 @@ def test_pauses_and_priorities_are_in_the_runs() -> None:
             elif e.kind == "controls_seen" and paused and e.actor.startswith("c"):
                 read_paused += 1
         assert read_paused, family
+
+
+def test_the_lambda_deadline_cuts_an_apply_short_in_the_runs() -> None:
+    """Guards the apply family: applies record progress (every seed), and the deadline stops
+    one half-way (in some seed); `test_simulated_chaos` checks those runs."""
+    runs = [family_run("apply-under-a-time-budget", seed) for seed in SEEDS]
+    assert all(run.faults["apply_progress"] > 0 for run in runs)
+    assert any(run.faults["apply_paused"] > 0 for run in runs), [dict(r.faults) for r in runs]

@@ -36,6 +36,7 @@ Kind = Literal[
     "skip",
     "commit",
     "applied",
+    "apply_paused",
     # either
     "lost_race",
 ]

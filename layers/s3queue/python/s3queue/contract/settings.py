@@ -121,7 +121,8 @@ class CoordinatorSettings:
     lease_ttl: float = 30.0
     """Seconds a leader lease lasts without renewal; renewed at a third of it."""
     skew_tolerance: float = 5.0
-    """Seconds of clock skew between machines that never causes a premature takeover."""
+    """Seconds of clock skew tolerated when judging a lease or claim written by a version that
+    did not record its TTL (expiry is otherwise judged by S3's time: protocol.md, "Time")."""
     sweep_interval: float = 60.0
     """Seconds between full rescans of the queue for stragglers behind the cursor."""
     straggler_margin: float = 2.0

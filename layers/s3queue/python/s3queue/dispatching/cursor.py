@@ -21,7 +21,7 @@ from dataclasses import dataclass, field, replace
 from s3queue.contract.settings import CoordinatorSettings
 from s3queue.dispatching import scan
 from s3queue.protocol.keys import MsgKey, QueueKeys
-from s3queue.storage.base import Storage
+from s3queue.storage.base import Storage, written_ago
 
 
 @dataclass(slots=True)
@@ -212,7 +212,7 @@ class Cursor:
         ttl = round(self.config.tombstone_ttl * 1000)
         for entry in page.entries:
             if self.keys.is_tombstone(entry.key, entry.size):
-                if self._now - entry.last_modified_ms > ttl:
+                if written_ago(entry.last_modified_ms, entry.served_ms, self._now) > ttl:
                     self.expired.append(entry.key)
                 continue
             found[entry.key] = scan.msg_candidate(entry, self.keys)

@@ -22,7 +22,7 @@ from s3queue.errors import Conflict, MalformedMessage
 from s3queue.protocol.keys import QueueKeys
 from s3queue.protocol.lease import LeaderLease
 from s3queue.protocol.tickets import Ticket
-from s3queue.storage.base import Entry, Storage, new_token
+from s3queue.storage.base import Entry, Storage, new_token, written_ago
 
 Invoker = Callable[[dict[str, Any]], None]
 """Starts a worker on a ticket payload (Lambda ``Event`` invoke, or a local pool)."""
@@ -35,6 +35,10 @@ class Known:
     ticket: Ticket
     etag: str
     invoked_ms: int
+    modified_ms: int = 0
+    """This version's ``Last-Modified`` (S3's time of its write) ..."""
+    served_ms: int = 0
+    """... and S3's time in the answer that last showed it (its ``Date``)."""
 
 
 class Reconciler:
@@ -140,19 +144,21 @@ class Reconciler:
         except MalformedMessage:
             self.emit("corrupt_ticket", now, ticket=entry.key)
             return None
-        found = Known(ticket, obj.etag, invoked_ms=now if invoked_ms is None else invoked_ms)
+        invoked = now if invoked_ms is None else invoked_ms
+        found = Known(ticket, obj.etag, invoked, obj.last_modified_ms, obj.served_ms)
         known[entry.key] = found
         return found
 
     def _check(self, known: dict[str, Known], entry: Entry, found: Known, now: int) -> int:
         """Re-invoke a ticket nobody works on; reap one whose claim expired. 1 if reaped."""
         timeout = ms(self.config.dispatch_timeout)
-        if entry.etag != found.etag:
+        if entry.etag == found.etag:
+            found.modified_ms, found.served_ms = entry.last_modified_ms, entry.served_ms
+        else:
             # Changed since we read it (claim, heartbeat, commit): read it again only once it
             # has been quiet for a while, so a healthy ticket costs no GET at all.
-            quiet = now - entry.last_modified_ms
-            expiry = ms(self.settings.visibility_timeout + self.config.skew_tolerance)
-            if quiet < min(expiry, timeout):
+            quiet = written_ago(entry.last_modified_ms, entry.served_ms, now)
+            if quiet < min(ms(self.settings.visibility_timeout), timeout):
                 return 0
             fresh = self.learn(known, entry, now, invoked_ms=found.invoked_ms)
             if fresh is None:
@@ -160,7 +166,8 @@ class Reconciler:
             found = fresh
         ticket = found.ticket
         if ticket.state == "claimed":
-            if ticket.lease_until_ms + ms(self.config.skew_tolerance) < now:
+            ago = written_ago(found.modified_ms, found.served_ms, now)
+            if ticket.claim_expired(ago, now, ms(self.config.skew_tolerance)):
                 return self._reap(entry.key, found, now)
             return 0
         if now - found.invoked_ms >= timeout:

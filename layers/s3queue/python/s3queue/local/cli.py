@@ -223,15 +223,16 @@ def _lease_options(parser: argparse.ArgumentParser) -> None:
         type=_positive,
         default=default.lease_ttl,
         metavar="SECONDS",
-        help=f"leader lease: a dead leader is replaced after about this plus the skew "
-        f"tolerance (default {default.lease_ttl:g}; renewed every third of it)",
+        help=f"leader lease: a dead leader is replaced about this long (by S3's clock) after "
+        f"its last renewal (default {default.lease_ttl:g}; renewed every third of it)",
     )
     parser.add_argument(
         "--skew-tolerance",
         type=_positive,
         default=default.skew_tolerance,
         metavar="SECONDS",
-        help=f"clock skew allowed between hosts (default {default.skew_tolerance:g})",
+        help=f"clock skew allowed between hosts, for leases written by versions before S3's "
+        f"clock judged expiry (default {default.skew_tolerance:g})",
     )
 
 

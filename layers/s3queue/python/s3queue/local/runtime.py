@@ -51,9 +51,9 @@ LOCAL_SERVE = ServeSettings(
 """Poll often (an idle queue is probed once a second: a first message starts within about a
 second; against real S3 that is 60 LISTs a minute per queue), never end by itself."""
 LOCAL_COORDINATION = CoordinatorSettings(lease_ttl=3.0, skew_tolerance=1.0)
-"""A short leader lease: when a leader process dies, another runtime takes over within about
-`lease_ttl` + `skew_tolerance` (4 s) instead of 35 s. The price is one lease PUT a second per
-led queue; one host's clock (or NTP-synced hosts) needs no more skew tolerance than 1 s."""
+"""A short leader lease: when a leader process dies, another runtime takes over about
+`lease_ttl` (by S3's clock, plus up to 2 s of its one-second resolution) after its last renewal,
+instead of 30 s. The price is one lease PUT a second per led queue."""
 
 
 @dataclass

@@ -43,7 +43,7 @@ from s3queue.errors import InvalidArgument, S3QueueError
 from s3queue.producing.arguments import Delay, check_message
 from s3queue.producing.batch import PACK_BYTES
 from s3queue.producing.producer import Queue
-from s3queue.protocol.keys import MsgKey, QueueKeys, new_id
+from s3queue.protocol.keys import MsgKey, QueueKeys, key_time, new_id
 from s3queue.protocol.records import Record, record_for
 
 MAX_WINDOW = 10.0
@@ -148,7 +148,7 @@ class GroupCommit:
                 body, id=id, delay=delay, group=group, partition=partition, attributes=attributes
             )
         keys, delay_ms, attrs = check_message(queue.keys, None, delay, group, partition, attributes)
-        now = queue.clock.now_ms()
+        now = key_time(queue.clock)
         record = record_for(new_id(now), body, now, group, attrs)
         size = len(queue.writer.encode([record])[0])  # MalformedMessage past max_message_bytes
         entry = _Entry(record, keys, delay_ms, size, _Durable(self._condition()))
@@ -237,9 +237,10 @@ class GroupCommit:
         queue, writer, keys = self.queue, self.queue.writer, chunk[0].keys
         records = [entry.record for entry in chunk]
         group, delay_ms = records[0].group, chunk[0].delay_ms
-        now = queue.clock.now_ms()  # the close: after every member's enqueue started
+        now = key_time(queue.clock)  # the close: after every member's enqueue started
         object_id = records[0].id if len(records) == 1 else new_id(now)
         if group is not None:
+            now = writer.grouped_now()
             visible = now + delay_ms
             key = MsgKey(now, object_id, group, visible if delay_ms else 0, len(records))
         else:
@@ -248,7 +249,7 @@ class GroupCommit:
         try:
             writer.create(full, writer.encode(records))
             if group is not None:
-                writer.notice_if_late(keys, key)
+                writer.landed(keys, key)
         except Exception as exc:  # noqa: BLE001 - raised in every caller this object carried
             for entry in chunk:
                 entry.durable.settle(exc)

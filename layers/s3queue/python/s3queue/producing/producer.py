@@ -32,12 +32,14 @@ from s3queue.protocol.keys import (
     QueueKeys,
     check_message_id,
     check_queue_name,
+    key_time,
     new_id,
 )
 from s3queue.protocol.payload import INLINE_BYTES, source_size
 from s3queue.protocol.records import Payload, Record, record_for
 from s3queue.protocol.writer import Writer
 from s3queue.storage.base import Storage
+from s3queue.storage.servertime import server_time
 from s3queue.storage.streams import Chained, Source
 
 if TYPE_CHECKING:
@@ -86,6 +88,7 @@ class Queue:
             storage,
             self.keys,
             clock=self.clock,
+            order=clock or server_time(storage),
             emit=self.emit,
             max_message_bytes=max_message_bytes,
         )
@@ -163,7 +166,7 @@ class Queue:
         group: str | None,
         attrs: dict[str, str],
     ) -> str:
-        now = self.clock.now_ms()
+        now = key_time(self.clock)
         record = record_for(id if id is not None else new_id(now), body, now, group, attrs)
         record.dedup = id is not None
         self.writer.send_one(keys, record, delay_ms, now)
@@ -201,7 +204,7 @@ class Queue:
         dies in between leaves an unreferenced blob behind, never a record without one."""
         if id is not None and self.writer.enqueued(id):
             return id
-        now = self.clock.now_ms()
+        now = key_time(self.clock)
         blob = keys.blob(new_id(now))
         head = self.storage.put_file(blob, source)
         message_id = id if id is not None else new_id(now)
@@ -236,7 +239,7 @@ class Queue:
         lane_of(partition, priority, None)
         attrs = check_attributes(attributes)
         batch.check_items(items)
-        now = self.clock.now_ms()
+        now = key_time(self.clock)
         writes, ids = batch.plan(
             self.writer,
             items,

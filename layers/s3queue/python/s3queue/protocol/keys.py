@@ -44,8 +44,10 @@ import os
 import re
 import threading
 import time
+import weakref
 from dataclasses import dataclass
 
+from s3queue.common.clock import Clock, SystemClock
 from s3queue.errors import InvalidArgument
 from s3queue.errors import InvalidName as InvalidName  # noqa: PLC0414 - re-exported from its old home
 
@@ -136,6 +138,32 @@ class _IdGenerator:
 
 
 new_id = _IdGenerator().new
+
+
+class _KeyClock:
+    """The time a producer writes into its keys: its clock, never below the highest reading
+    of that clock in this process (every thread, every queue). A wall clock that steps back (an
+    NTP correction) would otherwise key a group's later message before its earlier one. Every
+    `SystemClock` reads one wall clock, so they share one mark; an injected clock has its own.
+    A forked child inherits the marks, which is still right: its keys follow the parent's."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._marks: weakref.WeakKeyDictionary[object, int] = weakref.WeakKeyDictionary()
+
+    def stamp(self, clock: Clock) -> int:
+        owner: object = SystemClock if isinstance(clock, SystemClock) else clock
+        now = clock.now_ms()
+        if not getattr(clock, "calibrated", True):
+            return now  # a clock of S3's time before S3 told it: no mark (servertime.py)
+        with self._lock:
+            mark = max(self._marks.get(owner, 0), now)
+            self._marks[owner] = mark
+            return mark
+
+
+key_time = _KeyClock().stamp
+"""`clock`'s time, raised to its high-water mark: the time of every key a producer writes."""
 
 
 @dataclass(frozen=True, slots=True)

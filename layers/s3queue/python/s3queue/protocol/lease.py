@@ -1,7 +1,13 @@
 """The coordinator's leader lease, with epochs and seals that fence a stale ex-leader.
 
 Leadership is the CAS chain on one object, not a clock: a leader whose write fails has lost.
-Clocks only decide when a challenger may take over (``lease_until + skew``).
+Time only decides when a challenger may take over, and it is S3's time, not the holder's: the
+lease lapses once S3 says it was last written more than its ``ttl`` ago (the GET's ``Date``
+minus the object's ``Last-Modified``, `storage.base.written_ago`). A holder whose clock runs 10
+minutes fast therefore stalls nobody: its lease lapses ``ttl`` after its last renewal, as S3
+counts. The holder renews on its own clock, after a third of the TTL of elapsed time, which
+an offset does not change. (A document without ``ttl``, written by an older version, is judged
+the old way: its ``lease_until`` plus the skew tolerance against the reader's clock.)
 
 Fencing. A leader of epoch ``e`` names its tickets ``<e>-<seq>``. A challenger takes over by
 CAS to epoch ``e+1`` with ``seals[e] = PENDING``, then lists the tickets and CASes
@@ -37,7 +43,7 @@ from typing import Any
 
 from s3queue.common.clock import Clock
 from s3queue.errors import Conflict, MalformedMessage
-from s3queue.storage.base import Storage, new_token
+from s3queue.storage.base import Storage, new_token, written_ago
 
 PENDING = -2
 """Seal value: the epoch was taken over but its highest ticket is not known yet."""
@@ -57,6 +63,17 @@ class LeaseDoc:
     taken-over epoch's until it is sealed)."""
     holes: dict[int, tuple[int, ...]] = field(default_factory=dict)
     """epoch -> seqs at or below its seal that never run (unseen in its last block)."""
+    ttl_ms: int = 0
+    """The holder's TTL: the lease lapses this long after its last write, by S3's time."""
+
+    def lapsed(self, written_ago_ms: int, now_ms: int, skew_ms: int) -> bool:
+        """Whether a challenger may take over: released, or not written for ``ttl`` by S3's
+        time (module docstring); a document without ``ttl``: by the reader's clock."""
+        if self.lease_until_ms == 0:
+            return True
+        if self.ttl_ms:
+            return written_ago_ms > self.ttl_ms
+        return self.lease_until_ms + skew_ms < now_ms
 
     def accepts(self, epoch: int, seq: int) -> bool | None:
         """Whether a ticket may run; None while its epoch's seal is pending (ask again later)."""
@@ -81,6 +98,8 @@ class LeaseDoc:
             doc["blocks"] = {str(k): list(v) for k, v in sorted(self.blocks.items())}
         if self.holes:
             doc["holes"] = {str(k): list(v) for k, v in sorted(self.holes.items())}
+        if self.ttl_ms:
+            doc["ttl"] = self.ttl_ms
         return json.dumps(doc, separators=(",", ":")).encode()
 
     @classmethod
@@ -91,7 +110,7 @@ class LeaseDoc:
             blocks = {int(k): (int(v[0]), int(v[1])) for k, v in doc.get("blocks", {}).items()}
             holes = {int(k): tuple(map(int, v)) for k, v in doc.get("holes", {}).items()}
             owner, epoch, until = doc.get("owner"), int(doc["epoch"]), int(doc["lease_until"])
-            return cls(owner, epoch, until, seals, blocks, holes)
+            return cls(owner, epoch, until, seals, blocks, holes, int(doc.get("ttl", 0)))
         except (ValueError, KeyError, TypeError, IndexError) as exc:
             raise MalformedMessage(f"undecodable coordinator lease: {exc}") from exc
 
@@ -157,7 +176,8 @@ class LeaderLease:
             current = LeaseDoc.decode(obj.body)
         except MalformedMessage:
             current = self._from_tickets()
-        if current.lease_until_ms + self._skew > now:
+        ago = written_ago(obj.last_modified_ms, obj.served_ms, now)
+        if not current.lapsed(ago, now, self._skew):
             return False
         seals = dict(current.seals)
         seals.setdefault(current.epoch, PENDING)  # a clean release already sealed its epoch
@@ -176,7 +196,7 @@ class LeaderLease:
     def _write(
         self, doc: LeaseDoc, *, lease_until: int | None = None, create: bool = False
     ) -> bool:
-        new = doc.evolve(lease_until_ms=lease_until or doc.lease_until_ms)
+        new = doc.evolve(lease_until_ms=lease_until or doc.lease_until_ms, ttl_ms=self._ttl)
         token = new_token()
         try:
             if create:

@@ -16,6 +16,12 @@ TICKET_TRACEBACK_CHARS = 128 * 1024
 async event), so a ticket's later failures keep what is left of this, then none."""
 SHORT_TRACEBACK_CHARS = 512
 """Less room than this left: no traceback (a shorter tail would not show where it was raised)."""
+MAX_ERROR_CHARS = 1000
+"""An outcome's error text is cut to this (a traceback's last lines are in the logs): a ticket
+of 1,000 failed messages stays far below Lambda's 1 MB async payload (issue 19.8)."""
+INLINE_DOC_BYTES = 256 * 1024
+"""A ticket document up to this size travels in the invoke payload; a larger one is sent as a
+reference (its key and ETag) and the worker GETs it."""
 
 OutcomeKind = Literal["done", "retry", "dead", "release", "skip"]
 """done, retry, dead: the handler ran; release: it did not, the message goes back as it was;
@@ -73,6 +79,11 @@ class Outcome:
     traceback: str | None = None
     """The handler's traceback when it raised (bounded: `Ticket.record`)."""
 
+    def __post_init__(self) -> None:
+        if self.error is not None and len(self.error) > MAX_ERROR_CHARS:
+            cut = len(self.error) - MAX_ERROR_CHARS
+            self.error = f"{self.error[: MAX_ERROR_CHARS - 40]} ... [{cut + 40} characters cut]"
+
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"ref": self.ref, "id": self.id, "kind": self.kind, "at": self.at_ms}
         if self.error is not None:
@@ -123,6 +134,21 @@ class Ticket:
     history: list[dict[str, Any]] = field(default_factory=list)
     permit: Permit | None = None
     """A rate-limited queue's handler starts for this ticket (permits.py); None: no limit."""
+    applied: int = 0
+    """Refs of a committed ticket whose outcomes are applied and sources retired, from the
+    first: an apply cut short by its time budget records them, and the next applier starts
+    after them (working/apply.py)."""
+    lease_ms: int = 0
+    """The claim's lease: it expires this long after the ticket's last write, by S3's time
+    (`storage.base.written_ago`); 0 in a ticket written by an older version (then
+    ``lease_until``, the holder's clock, is what the reaper goes by)."""
+
+    def claim_expired(self, written_ago_ms: int, now_ms: int, skew_ms: int) -> bool:
+        """Whether a claimed ticket's lease has run out: by S3's time since its last write,
+        never by the holder's clock (issue 19.7); an older ticket by ``lease_until``."""
+        if self.lease_ms:
+            return written_ago_ms > self.lease_ms
+        return self.lease_until_ms + skew_ms < now_ms
 
     def encode(self, token: str) -> bytes:
         doc = {
@@ -146,6 +172,10 @@ class Ticket:
         }
         if self.permit is not None:
             doc["permit"] = self.permit.to_json()
+        if self.lease_ms:
+            doc["lease"] = self.lease_ms
+        if self.applied:
+            doc["applied"] = self.applied
         return json.dumps(doc, separators=(",", ":")).encode()
 
     @classmethod
@@ -169,18 +199,20 @@ class Ticket:
                 outcomes=[Outcome.from_json(o) for o in doc.get("outcomes", [])],
                 history=list(doc.get("history", [])),
                 permit=Permit.from_json(doc.get("permit")),
+                lease_ms=int(doc.get("lease", 0)),
+                applied=int(doc.get("applied", 0)),
             )
         except (ValueError, KeyError, TypeError) as exc:
             raise MalformedMessage(f"undecodable ticket: {exc}") from exc
 
     def to_payload(self, key: str, etag: str) -> dict[str, Any]:
-        """What the coordinator sends a worker: enough to claim without reading the ticket."""
-        return {
-            "queue": self.queue,
-            "ticket": key,
-            "etag": etag,
-            "doc": json.loads(self.encode("")),
-        }
+        """What the coordinator sends a worker: enough to claim without reading the ticket,
+        or, for a document above `INLINE_DOC_BYTES`, a reference the worker GETs."""
+        payload: dict[str, Any] = {"queue": self.queue, "ticket": key, "etag": etag}
+        encoded = self.encode("")
+        if len(encoded) <= INLINE_DOC_BYTES:
+            payload["doc"] = json.loads(encoded)
+        return payload
 
     def record(self, outcome: Outcome) -> None:
         """Add an outcome, its traceback cut to what is left of `TICKET_TRACEBACK_CHARS` (none
@@ -222,6 +254,6 @@ class Ticket:
                 "running": [self.running, self.running_index, self.running_id],
             }
         )
-        self.state, self.owner, self.lease_until_ms = "pending", None, 0
+        self.state, self.owner, self.lease_until_ms, self.lease_ms = "pending", None, 0, 0
         self.running, self.running_index, self.running_id = None, 0, None
         self.generation += 1

@@ -22,7 +22,7 @@ from s3queue.common.clock import Clock
 from s3queue.common.events import Emitter
 from s3queue.errors import Conflict, MalformedMessage
 from s3queue.protocol import markers
-from s3queue.protocol.keys import MsgKey, QueueKeys, new_id
+from s3queue.protocol.keys import MsgKey, QueueKeys, key_time, new_id
 from s3queue.protocol.records import Record, encode_records
 from s3queue.storage.base import Storage, new_token
 
@@ -45,8 +45,12 @@ class Writer:
         clock: Clock,
         emit: Emitter,
         max_message_bytes: int,
+        order: Clock | None = None,
     ) -> None:
         self.storage, self.keys, self.clock, self.emit = storage, keys, clock, emit
+        self.order = order or clock
+        """The clock of grouped keys: S3's time by default (storage/servertime.py), so a group's
+        order does not depend on any producer's clock; `clock` keys the rest."""
         self.name = keys.queue
         self.max_message_bytes = max_message_bytes
 
@@ -67,7 +71,10 @@ class Writer:
         return self.put_one(keys, record, key, self.encode([record]), now)
 
     def key_for(self, record: Record, delay_ms: int, now: int) -> MsgKey:
-        """The key of `record` as one message object enqueued at `now`."""
+        """The key of `record` as one message object enqueued at `now` (a grouped one: no
+        earlier than S3's time, `grouped_now`)."""
+        if record.group is not None:
+            now = self.grouped_now()
         visible = now + delay_ms
         # The key's id is always a generated one: keys of one millisecond sort by it, and only
         # generated ids follow enqueue order (a group's FIFO); an explicit id is in the record.
@@ -88,7 +95,7 @@ class Writer:
         else:
             self.create(keys.msg_key(key), data)
         if record.group is not None:
-            self.notice_if_late(keys, key)
+            self.landed(keys, key)
         self.emit("enqueue", now, message_id=record.id, key=keys.msg_key(key))
         return written
 
@@ -104,9 +111,27 @@ class Writer:
     def create(self, key: str, encoded: tuple[bytes, str]) -> None:
         self.storage.put(key, encoded[0], if_none_match=True, token=encoded[1])
 
+    def grouped_now(self) -> int:
+        """The key time of a grouped message: S3's time, once the clock knows it (a clock that
+        learns S3's time from answers asks once, `ServerClock.calibrate`, before the first)."""
+        calibrate = getattr(self.order, "calibrate", None)
+        if calibrate is not None:
+            calibrate()
+        return key_time(getattr(self.order, "latest", self.order))
+
+    def landed(self, keys: QueueKeys, key: MsgKey) -> None:
+        """A grouped message's PUT returned: a late notice if it took long, then the commit wait
+        of a clock that knows S3's time only within bounds (`ServerClock.wait_past`): once
+        it returns, S3's time has passed the key, so any later enqueue keys after it."""
+        self.notice_if_late(keys, key)
+        wait_past = getattr(self.order, "wait_past", None)
+        if wait_past is not None:
+            wait_past(key.sort_ms)
+
     def notice_if_late(self, keys: QueueKeys, key: MsgKey) -> None:
         """Put late notices until one lands within `LANDING_MS` of its key time (see module)."""
-        landed_by, now = key.sort_ms, self.clock.now_ms()
+        latest = getattr(self.order, "latest", self.order)  # lateness: never underestimated
+        landed_by, now = key.sort_ms, key_time(latest)
         for _ in range(MAX_NOTICES):
             if now - landed_by <= LANDING_MS:
                 return
@@ -115,7 +140,7 @@ class Writer:
             body = json.dumps({"v": 1, "token": token, "notice": keys.msg_key(key)}).encode()
             self.storage.put(notice, body, if_none_match=True, token=token)
             self.emit("late_notice", now, key=keys.msg_key(key), notice=notice)
-            landed_by, now = now, self.clock.now_ms()
+            landed_by, now = now, key_time(latest)
         _log.warning("%s: every late notice for %s landed late", self.name, key.name())
 
     def put_once(

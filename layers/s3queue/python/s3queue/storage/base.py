@@ -52,6 +52,8 @@ class Object:
     last_modified_ms: int
     metadata: dict[str, str] = field(default_factory=dict)
     """Its user metadata (``x-amz-meta-*``, names lowercased), the writer's token left out."""
+    served_ms: int = 0
+    """S3's own time when it answered (the response's ``Date``); 0 if unknown."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +66,8 @@ class Head:
     """As `Object.metadata`."""
     size: int = 0
     last_modified_ms: int = 0
+    served_ms: int = 0
+    """As `Object.served_ms`."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +78,22 @@ class Entry:
     etag: str
     size: int
     last_modified_ms: int
+    served_ms: int = 0
+    """S3's own time when it answered the LIST (its ``Date``); 0 if unknown."""
+
+
+S3_TIME_RESOLUTION_MS = 1000
+"""``Last-Modified`` and ``Date`` count whole seconds."""
+
+
+def written_ago(last_modified_ms: int, served_ms: int, now_ms: int) -> int:
+    """How long ago an object was last written, at least: by S3's own clock (its answer's
+    ``Date`` minus the object's ``Last-Modified``, less a second for their resolution) when the
+    answer said, else by the reader's clock. A writer's clock never enters it, so a holder whose
+    clock runs fast cannot keep a lease alive longer than its TTL of S3 time (issue 19.7)."""
+    if served_ms:
+        return served_ms - last_modified_ms - S3_TIME_RESOLUTION_MS
+    return now_ms - last_modified_ms
 
 
 @dataclass(frozen=True, slots=True)

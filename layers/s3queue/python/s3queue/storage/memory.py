@@ -39,6 +39,11 @@ class MemoryStorage:
         self._keys: list[str] = []
         self._lock = threading.Lock()
 
+    @property
+    def server_clock(self) -> Clock:
+        """S3's time here: the store's own clock (it stamps Last-Modified and answers Date)."""
+        return self._clock
+
     def get(self, key: str, *, if_match: str | None = None) -> Object | None:
         with self._lock:
             stored = self._objects.get(key)
@@ -46,7 +51,8 @@ class MemoryStorage:
                 return None
             if if_match is not None and stored.etag != if_match:
                 raise Conflict(f"{key} changed")
-            return Object(key, stored.body, stored.etag, stored.modified_ms, dict(stored.metadata))
+            meta, served = dict(stored.metadata), self._clock.now_ms()
+            return Object(key, stored.body, stored.etag, stored.modified_ms, meta, served)
 
     def head(self, key: str) -> Head | None:
         with self._lock:
@@ -59,6 +65,7 @@ class MemoryStorage:
                 dict(stored.metadata),
                 len(stored.body),
                 stored.modified_ms,
+                self._clock.now_ms(),
             )
 
     def put(
@@ -154,6 +161,7 @@ class MemoryStorage:
     def list(self, prefix: str, *, start_after: str | None = None, limit: int = 1000) -> Page:
         limit = min(limit, 1000)
         with self._lock:
+            served = self._clock.now_ms()
             index = bisect.bisect_left(self._keys, prefix)
             if start_after is not None:
                 index = max(index, bisect.bisect_right(self._keys, start_after))
@@ -163,7 +171,9 @@ class MemoryStorage:
                     return Page(entries, truncated=True)
                 key = self._keys[index]
                 stored = self._objects[key]
-                entries.append(Entry(key, stored.etag, len(stored.body), stored.modified_ms))
+                entries.append(
+                    Entry(key, stored.etag, len(stored.body), stored.modified_ms, served)
+                )
                 index += 1
             return Page(entries, truncated=False)
 

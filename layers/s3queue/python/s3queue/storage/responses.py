@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 from datetime import datetime
+from email.utils import parsedate_to_datetime
 from typing import Any
 
 from s3queue.errors import (
@@ -103,3 +104,14 @@ def etag(response: dict[str, Any]) -> str:
 
 def ms(moment: datetime) -> int:
     return int(moment.timestamp() * 1000)
+
+
+def served(response: dict[str, Any]) -> int:
+    """S3's time when it answered: the response's ``Date`` header in ms (0 if absent)."""
+    date = response.get("ResponseMetadata", {}).get("HTTPHeaders", {}).get("date")
+    if not date:
+        return 0
+    try:
+        return ms(parsedate_to_datetime(str(date)))
+    except (TypeError, ValueError):
+        return 0

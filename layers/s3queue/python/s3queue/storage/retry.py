@@ -26,6 +26,7 @@ from botocore.exceptions import ConnectionError as TransportError
 from s3queue.common.backoff import compute_backoff
 from s3queue.errors import AccessDenied, EndpointUnreachable, S3QueueError, StorageError
 from s3queue.storage.responses import classify
+from s3queue.storage.servertime import ServerClock
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +48,8 @@ class Retrier:
     max_delay: float = 5.0
     sleep: Sleep = time.sleep
     rng: random.Random = field(default_factory=random.Random)
+    watcher: ServerClock | None = None
+    """Learns S3's time from every answer's ``Date`` (servertime.py)."""
 
     def run(
         self,
@@ -60,9 +63,15 @@ class Retrier:
         a failure and before a retry, may return the result instead (the call had applied)."""
         attempt = 0
         while True:
+            sent = self.watcher.local_ms() if self.watcher is not None else 0
             try:
-                return call()
+                result = call()
+                if self.watcher is not None:
+                    self.watcher.observe_answer(result, sent)
+                return result
             except (ClientError, BotoCoreError) as exc:
+                if self.watcher is not None and isinstance(exc, ClientError):
+                    self.watcher.observe_answer(exc.response, sent)
                 error, transient = self.translate(exc, operation, key)
                 attempt += 1
                 if not transient:

@@ -67,6 +67,7 @@ from botocore.exceptions import (
 from s3queue.errors import (
     Conflict,
     Consumed,
+    S3QueueError,
     StorageError,
 )
 from s3queue.storage.base import (
@@ -82,9 +83,11 @@ from s3queue.storage.responses import AlreadyOwned as _AlreadyOwned
 from s3queue.storage.responses import Missing as _Missing
 from s3queue.storage.responses import etag as _etag
 from s3queue.storage.responses import ms as _ms
+from s3queue.storage.responses import served as _served
 from s3queue.storage.responses import unquote as _unquote
 from s3queue.storage.retry import Retrier, Sleep
 from s3queue.storage.sending import TOKEN_METADATA, just_below, no_blind_resend, not_after
+from s3queue.storage.servertime import ServerClock
 from s3queue.storage.streams import Body, ResumableReader, Source, buffered
 
 log = logging.getLogger(__name__)
@@ -97,6 +100,10 @@ COPY_LIMIT = 5 * 1024**3
 """The largest object one CopyObject copies; larger ones take a multipart copy."""
 FOLDER_PAGE = MAX_KEYS
 """Keys and folders per LIST of `S3Storage.list_folders` (a test pages with fewer)."""
+
+
+CLOCK_PROBE_KEY = "s3queue-clock-probe"
+"""Asked for by HEAD only: its 404 answer carries S3's time."""
 
 
 class S3Storage:
@@ -138,6 +145,14 @@ class S3Storage:
         client.meta.events.register_first(
             "needs-retry.s3.PutObject", no_blind_resend, unique_id="s3queue-create-once"
         )
+        self.server_clock = ServerClock(probe=self._probe_time)
+        """S3's time, learnt from the ``Date`` of every answer (servertime.py)."""
+        self._retry.watcher = self.server_clock
+
+    def _probe_time(self) -> None:
+        """One HEAD (of a key nobody writes) for its ``Date``, when no answer told S3's time."""
+        with contextlib.suppress(S3QueueError):
+            self.head(CLOCK_PROBE_KEY)
 
     def get(self, key: str, *, if_match: str | None = None) -> Object | None:
         params: dict[str, Any] = {"IfMatch": f'"{if_match}"'} if if_match is not None else {}
@@ -147,7 +162,8 @@ class S3Storage:
             # Read inside the retried call: a connection dropped mid-body is retried too.
             body = response["Body"].read()
             meta = _user_metadata(response)
-            return Object(key, body, _etag(response), _ms(response["LastModified"]), meta)
+            modified = _ms(response["LastModified"])
+            return Object(key, body, _etag(response), modified, meta, _served(response))
 
         try:
             return self._retry.run("GetObject", key, fetch)
@@ -166,7 +182,8 @@ class S3Storage:
         token = response.get("Metadata", {}).get(TOKEN_METADATA)
         size = int(response.get("ContentLength", 0))
         modified = _ms(response["LastModified"])
-        return Head(_etag(response), token, _user_metadata(response), size, modified)
+        meta = _user_metadata(response)
+        return Head(_etag(response), token, meta, size, modified, _served(response))
 
     def put(
         self,
@@ -346,8 +363,11 @@ class S3Storage:
         if lower:
             params["MaxKeys"] = min(limit + 1, MAX_KEYS)  # `start_after` itself comes back too
         response = self._call("list_objects_v2", prefix, **params)
+        served = _served(response)
         entries = [
-            Entry(item["Key"], _unquote(item["ETag"]), item["Size"], _ms(item["LastModified"]))
+            Entry(
+                item["Key"], _unquote(item["ETag"]), item["Size"], _ms(item["LastModified"]), served
+            )
             for item in response.get("Contents", [])
             if not (lower and not_after(item["Key"], str(start_after), str(sent)))
         ]

@@ -2,7 +2,8 @@
 
 Order per ticket: PUT every copy (retry copies, remainders, dead letters), mark explicit-id
 markers done, retire the source objects, then DELETE the ticket. A source is retired only
-after its copies exist, and the ticket only after all of that.
+after its copies exist, and the ticket only after all of that. A large ticket goes in steps
+of `APPLY_STEP` refs, its progress recorded in the ticket (`apply_ticket`).
 
 Copies are created with If-None-Match on deterministic keys, so two appliers write each once.
 A copy must also never be written *again* after it was consumed (handled and retired), or it
@@ -41,37 +42,98 @@ from s3queue.working.load import Loaded
 Loader = Callable[[Ref], Loaded | None]
 
 
+APPLY_STEP = 100
+"""Refs applied between two records of progress in a ticket too large for one step."""
+
+
 def apply_ticket(
-    storage: Storage, keys: QueueKeys, ticket: Ticket, etag: str, loader: Loader
-) -> None:
-    """Carry out a committed ticket's outcomes, then delete it.
+    storage: Storage,
+    keys: QueueKeys,
+    ticket: Ticket,
+    etag: str,
+    loader: Loader,
+    *,
+    out_of_time: Callable[[], bool] | None = None,
+) -> bool:
+    """Carry out a committed ticket's outcomes, then delete it; False if `out_of_time` cut it
+    short (what was done is recorded in the ticket: the next applier goes on from there).
 
     Ungrouped copies get a sort time no earlier than the commit, so they land ahead of the
     coordinator's cursor (within its straggler margin); a group's stay in its place in line and
     the coordinator rewinds to them when the ticket is gone.
+
+    Bounded steps (issue 19.8). Refs are applied in order; every `APPLY_STEP` refs, and when
+    `out_of_time` (asked before each ref but the first, so every invocation moves on) stops us,
+    the step's sources are retired, then ``applied`` = how many refs are done is recorded by CAS
+    on the ticket. So a ticket too large for one invocation's time is finished by successive
+    ones, none redoing a recorded step. A ticket of one step costs no extra request. Losing
+    that CAS (another applier recorded or finished first) only stops us: it is idempotent.
     """
-    origin = ticket_name(ticket.epoch, ticket.seq)
-    by_ref: dict[str, list[Outcome]] = {}
-    for outcome in ticket.outcomes:
-        by_ref.setdefault(outcome.ref, []).append(outcome)
-    sources: list[str] = []
-    blobs: list[str] = []
-    for ref in ticket.refs:
-        outcomes = by_ref.get(ref.key, [])
-        owning = keys.owning(ref.key)  # copies stay in the message's partition
-        if not outcomes or _untouched(owning, ticket, ref, outcomes):
-            continue
-        loaded = loader(ref)
-        if loaded is None:
-            continue  # already applied by someone else
-        blobs += _apply_ref(storage, owning, ticket, origin, ref, loaded.records, outcomes)
-        sources.append(ref.key)
-    if blobs:  # payloads of finished messages, before their records (payload.py)
-        storage.delete_many(blobs)
-    _retire(storage, keys, ticket, sources)
+    key = keys.ticket(ticket.epoch, ticket.seq)
+    step = _Step(storage, keys, ticket, loader)
+    first, last = ticket.applied, len(ticket.refs)
+    for at in range(first, last):
+        if at > first and out_of_time is not None and out_of_time():
+            step.record(key, etag, at)
+            return False
+        step.add(ticket.refs[at])
+        if at + 1 - first >= APPLY_STEP * (1 + step.recorded) and at + 1 < last:
+            etag = step.record(key, etag, at + 1)
+            if not etag:
+                return False
+    step.retire()
     # Conflict: nobody writes a committed ticket, so only another applier deleting it first.
     with contextlib.suppress(Conflict):
-        storage.delete(keys.ticket(ticket.epoch, ticket.seq), if_match=etag)
+        storage.delete(key, if_match=etag)
+    return True
+
+
+class _Step:
+    """Refs applied since the last record of progress: their sources wait to be retired."""
+
+    def __init__(self, storage: Storage, keys: QueueKeys, ticket: Ticket, loader: Loader) -> None:
+        self.storage, self.keys, self.ticket, self.loader = storage, keys, ticket, loader
+        self.origin = ticket_name(ticket.epoch, ticket.seq)
+        self.by_ref: dict[str, list[Outcome]] = {}
+        for outcome in ticket.outcomes:
+            self.by_ref.setdefault(outcome.ref, []).append(outcome)
+        self.sources: list[str] = []
+        self.blobs: list[str] = []
+        self.recorded = 0
+
+    def add(self, ref: Ref) -> None:
+        """Write `ref`'s copies (its source is retired with the step)."""
+        outcomes = self.by_ref.get(ref.key, [])
+        owning = self.keys.owning(ref.key)  # copies stay in the message's partition
+        if not outcomes or _untouched(owning, self.ticket, ref, outcomes):
+            return
+        loaded = self.loader(ref)
+        if loaded is None:
+            return  # already applied by someone else
+        records = loaded.records
+        self.blobs += _apply_ref(
+            self.storage, owning, self.ticket, self.origin, ref, records, outcomes
+        )
+        self.sources.append(ref.key)
+
+    def retire(self) -> None:
+        """Delete the step's finished payloads, then retire its sources (after their copies)."""
+        if self.blobs:  # payloads of finished messages, before their records (payload.py)
+            self.storage.delete_many(self.blobs)
+        _retire(self.storage, self.keys, self.ticket, self.sources)
+        self.sources, self.blobs = [], []
+
+    def record(self, key: str, etag: str, done: int) -> str:
+        """Retire the step, then record the first `done` refs as applied; the ticket's new
+        ETag, or "" if another applier changed or deleted it first."""
+        self.retire()
+        self.recorded += 1
+        self.ticket.applied = done
+        token = new_token()
+        try:
+            return self.storage.put(key, self.ticket.encode(token), if_match=etag, token=token)
+        except Conflict:
+            return ""
 
 
 def _untouched(keys: QueueKeys, ticket: Ticket, ref: Ref, outcomes: list[Outcome]) -> bool:

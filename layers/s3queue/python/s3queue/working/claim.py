@@ -46,6 +46,7 @@ class Claim:
             now = self.worker.clock.now_ms()
             if lease:
                 self.ticket.lease_until_ms = now + self.worker.visibility_ms
+                self.ticket.lease_ms = self.worker.visibility_ms
             token = new_token()
             try:
                 self.etag = self.worker.storage.put(

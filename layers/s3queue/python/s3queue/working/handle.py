@@ -64,6 +64,17 @@ class Runner:
         redelivered: bool,
     ) -> Outcome:
         """The outcome of one message: dead or skipped without running, else the handler's."""
+        settled = self.settle(ref, index, record, error)
+        if settled is not None:
+            return settled
+        return self.start(handler, ref, index, record, redelivered)
+
+    def settle(self, ref: Ref, index: int, record: Record, error: str | None) -> Outcome | None:
+        """The outcome of a message that does not run: malformed, out of deliveries, or an
+        explicit id that is not this record's to run; None if it runs (an explicit id's marker
+        is then ``started``). The worker calls this before it notes the message as running in
+        its ticket, so that no I/O of this kind lies between that note and the handler's start:
+        a lease expiry counts a delivery only for a handler that started (Ticket.expire)."""
         attempt = record.attempt + ref.counted(index)
         now = self.clock.now_ms()
         if error is not None:
@@ -77,9 +88,15 @@ class Runner:
             # Not started this time: its attempts are the deliveries that did start.
             return self.outcome(ref, record, "dead", why, attempt - 1)
         if record.dedup:
-            not_started = self._explicit(ref, record, attempt, now)
-            if not_started is not None:
-                return not_started
+            return self._explicit(ref, record, attempt, now)
+        return None
+
+    def start(
+        self, handler: Handler, ref: Ref, index: int, record: Record, redelivered: bool
+    ) -> Outcome:
+        """Run the handler on a message `settle` let through; its outcome."""
+        attempt = record.attempt + ref.counted(index)
+        now = self.clock.now_ms()
         try:
             message = self._message(ref, record, attempt, redelivered or record.redelivered)
         except PayloadMissing as exc:
@@ -174,9 +191,12 @@ class Runner:
         """None if the explicit-id message may run; else its outcome without running."""
         try:
             skip = self._start_explicit(record.id, ref.key)
-        except StorageError as exc:  # its marker could not be settled: run it later
-            kind: OutcomeKind = "dead" if attempt > self.settings.max_retries else "retry"
-            return self.outcome(ref, record, kind, _describe(exc), attempt)
+        except StorageError as exc:
+            # Its marker could not be read or started: it did not run, so it goes back as it
+            # was (released, no delivery counted), to run at a later delivery.
+            why = f"explicit id's marker unsettled: {_describe(exc)}"
+            self.emit("release", now, message_id=record.id, reason=why)
+            return Outcome(ref.key, record.id, "release", now, why)
         if skip is None:
             return None
         # Handled already, moved on to another key (a retry copy that runs in its place; this

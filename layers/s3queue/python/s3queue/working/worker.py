@@ -43,7 +43,11 @@ from s3queue.working.typed import bind
 
 __all__ = ["Handler", "Status", "WorkResult", "Worker"]
 
-Status = Literal["committed", "applied", "rejected", "deferred", "busy", "lost", "gone"]
+APPLY_RESERVE_MS = 1000
+"""An apply records its progress and stops when less than this is left of the invocation."""
+
+Status = Literal["committed", "applied", "paused", "rejected", "deferred", "busy", "lost", "gone"]
+"""``paused``: a committed ticket's apply ran out of time; the next invocation goes on."""
 
 
 @dataclass(slots=True)
@@ -176,10 +180,33 @@ class Worker:
             ticket=key,
             outcomes=[(o.id, o.kind) for o in claim.ticket.outcomes],
         )
-        apply_ticket(self.storage, self.keys, claim.ticket, claim.etag, self._loader(claim))
-        self.emit("applied", self.clock.now_ms(), ticket=key)
+        self._apply(key, claim.ticket, claim.etag, self._loader(claim), remaining_ms)
         guard.reraise()  # a Ctrl-C in the main thread, now that nothing waits on a lease
         return WorkResult(key, "committed", list(claim.ticket.outcomes))
+
+    def _apply(
+        self,
+        key: str,
+        ticket: Ticket,
+        etag: str,
+        loader: Callable[[Ref], Loaded | None],
+        remaining_ms: Callable[[], int] | None,
+        *,
+        helper: bool = False,
+    ) -> bool:
+        """Apply a committed ticket while the invocation has time (apply.py); whether done.
+        Outcomes are committed, so no handler needs the handlers' margin any more: the apply
+        stops only `APPLY_RESERVE_MS` short of the end, to record its progress."""
+        out_of_time = None
+        if remaining_ms is not None:
+            margin, left = min(APPLY_RESERVE_MS, self.time_margin_ms), remaining_ms
+            out_of_time = lambda: left() < margin  # noqa: E731
+        extra = {"helper": True} if helper else {}
+        if apply_ticket(self.storage, self.keys, ticket, etag, loader, out_of_time=out_of_time):
+            self.emit("applied", self.clock.now_ms(), ticket=key, **extra)
+            return True
+        self.emit("apply_paused", self.clock.now_ms(), ticket=key, applied=ticket.applied)
+        return False
 
     def _ticket(self, payload: dict[str, Any], key: str) -> tuple[Ticket, str] | None:
         if payload.get("doc") and payload.get("etag"):
@@ -197,8 +224,9 @@ class Worker:
     ) -> Claim | WorkResult:
         for _ in range(2):  # a second try when the ticket was reaped into a new generation
             if ticket.state == "committed":
-                apply_ticket(self.storage, self.keys, ticket, etag, self._loader(None))
-                self.emit("applied", self.clock.now_ms(), ticket=key, helper=True)
+                loader = self._loader(None)
+                if not self._apply(key, ticket, etag, loader, remaining_ms, helper=True):
+                    return WorkResult(key, "paused", list(ticket.outcomes))
                 return WorkResult(key, "applied", list(ticket.outcomes))
             if ticket.state == "claimed":
                 return WorkResult(key, "busy")
@@ -240,7 +268,11 @@ class Worker:
             return  # it will be released, not started
         ref = ticket.refs[0]
         first = self._load(ref, preloaded)
+        # An explicit id reads (and starts) its marker before it runs: not noted here, so that
+        # a crash in that I/O counts no delivery for it (`Runner.settle`).
         if first is not None and first.records and first.error is None:
+            if first.records[0].dedup:
+                return
             ticket.running, ticket.running_index = ref.key, 0
             ticket.running_id = first.records[0].id
 
@@ -295,10 +327,12 @@ class Worker:
             if record.group is not None and record.group in failed_groups:
                 self._release(claim, ref, record, "earlier message of its group failed")
                 continue
-            self._before_start(claim, ref, index, record)
-            started += 1
-            redelivered = claim.ticket.generation > 0
-            outcome = self.runner.handle(guard, ref, index, record, error, redelivered)
+            outcome = self.runner.settle(ref, index, record, error)
+            if outcome is None:  # it runs: noted as running with no I/O before its start
+                self._before_start(claim, ref, index, record)
+                started += 1
+                redelivered = claim.ticket.generation > 0
+                outcome = self.runner.start(guard, ref, index, record, redelivered)
             if outcome.kind == "retry" and record.group is not None:
                 failed_groups.add(record.group)
             claim.record(outcome)
