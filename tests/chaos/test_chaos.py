@@ -63,15 +63,7 @@ FAMILIES: dict[str, dict[str, Any]] = {
     },
 }
 SEEDS = (1, 2, 3)
-KNOWN: dict[tuple[str, int], str] = {
-    ("rate-limited", 2): (
-        "rate limits, liveness (not safety): a ticket that no worker claims within its "
-        "one-second permit window is released and dispatched again; under crashes, Lambda "
-        "killers and slow handlers a FIFO group's head cycles so for the whole run (its attempt "
-        "counted by expiries of claims that never started it) and the run does not drain. No "
-        "limit is exceeded and nothing is lost; the fix is a permit taken at claim time"
-    ),
-}
+KNOWN: dict[tuple[str, int], str] = {}
 """(family, seed) -> the known core bug that breaks it (each has a minimal test in
 test_core_bugs.py); the run's report names the invariants."""
 KNOWN_FIFO: dict[tuple[str, int], str] = {}
