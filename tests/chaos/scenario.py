@@ -147,6 +147,8 @@ def expectation(config: Config, expected: workload.Expected, *, drained: bool) -
         skew_ms=config.skew_ms,
         drained=drained,
         rate_limit=s.rate_limit,
+        partition_rate_limit=s.partition_rate_limit,
+        partition_concurrency=s.partition_concurrency,
     )
 
 

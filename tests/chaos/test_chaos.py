@@ -53,6 +53,11 @@ FAMILIES: dict[str, dict[str, Any]] = {
         "worker_hazards": WORKER_CRASHES,
         "faults": {"lost_response": 0.02, "error_before": 0.01},
     },
+    "partition-limited": {
+        "settings": replace(SETTINGS, partition_rate_limit=2, partition_concurrency=4),
+        "worker_hazards": WORKER_CRASHES,
+        "faults": {"lost_response": 0.02, "error_before": 0.01},
+    },
     "everything": {
         "faults": {"error_before": 0.01, "error_after": 0.005, "lost_response": 0.01},
         "worker_hazards": Hazards(crash_rate=0.01, freeze_rate=0.005, freeze_s=(5, 60)),

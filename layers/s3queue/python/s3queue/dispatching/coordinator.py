@@ -30,6 +30,7 @@ from s3queue.contract.settings import CoordinatorSettings, QueueSettings
 from s3queue.dispatching import scan, sizing
 from s3queue.dispatching.cursor import Cursors
 from s3queue.dispatching.gate import Gate
+from s3queue.dispatching.holds import HoldReport
 from s3queue.dispatching.limits import Budgets, Limits
 from s3queue.dispatching.probe import probe
 from s3queue.dispatching.publishing import Publisher
@@ -136,6 +137,7 @@ class Coordinator:
             self.emit,
         )
         self.gate = Gate(storage, self.keys, self.settings)
+        self.holds = HoldReport(storage, self.keys.holds)
         """Flow control: whether this tick may dispatch (gate.py)."""
         self.memory = self._fresh()
 
@@ -232,7 +234,10 @@ class Coordinator:
             sum(part.plan.waiting for part in parts),
             oldest_ready(candidates, in_flight, now),
         )
-        return replace(result, held={} if budgets is None else budgets.held)
+        if budgets is None:
+            return result
+        self.holds.update(budgets.held, now)
+        return replace(result, held=budgets.held)
 
     def _budgets(self, now: int, live: list[LiveRef]) -> Budgets | None:
         """This tick's budgets under the queue's limits (None: it has none)."""

@@ -25,13 +25,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from s3queue.contract.settings import QueueSettings
+from s3queue.protocol.holds import HELD_REASONS
 from s3queue.protocol.permits import Permit
 
 WINDOW_MS = 1000
 MIN_LEFT_MS = 250
 """A window with less than this left is not planned into: its tickets would miss it."""
-REASONS = ("rate_limit", "partition_rate_limit", "partition_concurrency")
-"""What a limit holds back is counted under its setting's name."""
 
 
 @dataclass(slots=True)
@@ -96,7 +95,7 @@ class Budgets:
     now_ms: int
     queue: int | None
     in_flight: dict[str | None, int]
-    held: dict[str, int] = field(default_factory=lambda: dict.fromkeys(REASONS, 0))
+    held: dict[str, int] = field(default_factory=lambda: dict.fromkeys(HELD_REASONS, 0))
 
     def left(self, partition: str | None) -> tuple[int | None, str | None]:
         """The messages `partition` may still have this tick (None: any), and the limit that
