@@ -195,3 +195,17 @@ def test_rate_limit_settings_are_checked() -> None:
         QueueSettings.from_mapping({"rate_limit": -1})
     with pytest.raises(ConfigError, match="visibility_timeout"):
         QueueSettings.from_mapping({"rate_limit": 5, "visibility_timeout": 0.5})
+
+
+def test_higher_priorities_take_the_window_first() -> None:
+    """Priorities and a rate limit compose: lanes are planned highest first, so a second's
+    budget goes to priority 9 before priority 0 however long the low backlog."""
+    h = _limited(rate_limit=5, batch_size=5)
+    for i in range(20):
+        h.queue.enqueue({"n": i})
+    urgent = {h.queue.enqueue({"urgent": i}, priority=9) for i in range(5)}
+    handler = Starts(h.clock)
+    _run(h, handler)
+    first = [m.id for _, m in sorted(handler.at, key=lambda at: at[0])[:5]]
+    assert set(first) == urgent
+    assert max(handler.per_window().values()) <= 5
