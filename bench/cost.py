@@ -12,10 +12,12 @@ included, are in the throughput scenario.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from s3queue.contract.settings import QueueSettings
 from s3queue.dispatching.coordinator import Coordinator
 from s3queue.producing.producer import Queue
 from s3queue.storage.s3 import S3Storage
@@ -47,6 +49,7 @@ GROUP_COMMIT_WINDOW = 0.05
 GROUP_COMMIT = f"group commit ({GROUP_COMMIT_THREADS} threads, {GROUP_COMMIT_WINDOW * 1000:g} ms)"
 Fill = Callable[[Queue, int], None]
 MAX_TICKS = 10_000
+HELD_TICK_S = 0.1
 
 
 def run(target: Target, plan: Plan, progress: Progress) -> dict[str, Any]:
@@ -91,13 +94,20 @@ def _group_commit(queue: Queue, messages: int) -> None:
         list(pool.map(lambda n: batch.enqueue({"n": n}), range(messages)))
 
 
-def measure(target: Target, label: str, messages: int, fill: Fill) -> dict[str, Any]:
+def measure(
+    target: Target,
+    label: str,
+    messages: int,
+    fill: Fill,
+    settings: QueueSettings | None = None,
+) -> dict[str, Any]:
+    """Requests per message to fill and drain a queue (`settings`: its QueueSettings)."""
     space = target.space("cost")
     meters = {role: Meter(target.client()) for role in ROLES}
     queue = Queue(QUEUE, bucket=space.bucket, s3=meters["enqueue"].client, prefix=space.prefix)
     load_before = load()
     fill(queue, messages)
-    ticks = drain(space.bucket, space.prefix, meters)
+    ticks = drain(space.bucket, space.prefix, meters, settings)
     by_role = {role: meter.counts() for role, meter in meters.items()}
     total = {kind: sum(counts[kind] for counts in by_role.values()) for kind in BILLED}
     per_msg = per_message(total, messages)
@@ -116,22 +126,31 @@ def measure(target: Target, label: str, messages: int, fill: Fill) -> dict[str, 
     }
 
 
-def drain(bucket: str, prefix: str, meters: dict[str, Meter]) -> int:
-    """Tick and process until a tick dispatches nothing and sees no live ticket; the ticks."""
+def drain(
+    bucket: str, prefix: str, meters: dict[str, Meter], settings: QueueSettings | None = None
+) -> int:
+    """Tick and process until a tick dispatches nothing and sees no live ticket and nothing
+    held back; the ticks. A tick that dispatched nothing while limits held messages back is
+    followed by a pause of `HELD_TICK_S`, a coordinator's cadence, not a busy loop."""
     invocations: list[dict[str, Any]] = []
     coordinator = Coordinator(
         S3Storage(meters["coordinator"].client, bucket),
         QUEUE,
         invoker=invocations.append,
         prefix=prefix,
+        settings=settings,
     )
-    worker = Worker(S3Storage(meters["worker"].client, bucket), QUEUE, prefix=prefix)
+    worker = Worker(
+        S3Storage(meters["worker"].client, bucket), QUEUE, prefix=prefix, settings=settings
+    )
     for tick in range(1, MAX_TICKS):
         result = coordinator.tick()
         while invocations:
             worker.process(invocations.pop(0), noop)
-        if not (result.dispatched or result.live_tickets):
+        if not (result.dispatched or result.live_tickets or result.waiting):
             return tick
+        if not result.dispatched and result.waiting:
+            time.sleep(HELD_TICK_S)
     raise RuntimeError(f"cost: queue not drained after {MAX_TICKS} ticks")
 
 

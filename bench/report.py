@@ -328,7 +328,9 @@ def _flow(data: Results) -> list[str]:
     headers = ["mode", "messages", "total/msg", "enqueue", "coordinator", "worker", "$ per million"]
     note = (
         "Requests per message with and without flow control (bench/flow.py): a queue that never "
-        "pauses or uses priorities must cost what `plain` costs."
+        "pauses or uses priorities or limits must cost what `plain` costs; `rate_limit 100` "
+        "and the partition caps (partition_rate_limit 25, partition_concurrency 20 over 4 "
+        "partitions) against their unlimited twins."
     )
     return [table(headers, rows), note]
 

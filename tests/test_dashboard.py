@@ -17,6 +17,7 @@ from s3queue.local.console import Connection
 from s3queue.local.ui.app import create_app
 from s3queue.local.ui.board import Board
 from s3queue.local.ui.trend import WINDOW_MS, Trend
+from s3queue.protocol.holds import Holds
 
 SECRET = "wJalrXUtnFEMI-K7MDENG-bPxRfiCYEXAMPLEKEY-ui-test"
 
@@ -259,3 +260,15 @@ def test_s3_trouble_is_a_one_line_page(h: Harness) -> None:
     page = answer.get_data(as_text=True)
     assert answer.status_code == 502 and "no S3 server answered" in page
     assert "more detail" not in page and "Traceback" not in page
+
+
+def test_queue_page_shows_what_the_limits_hold_back(client: FlaskClient, h: Harness) -> None:
+    page = client.get(f"/queues/{QUEUE}").get_data(as_text=True)
+    assert "Held back by limits" not in page  # a queue without limits says nothing
+    # GIVEN the leader of a limited queue reported what it held back (protocol/holds.py)
+    held = {"partition_concurrency": 7, "rate_limit": 3}
+    h.storage.put(h.queue.keys.holds, Holds(held, h.clock.now_ms()).encode("t"), token="t")
+    page = client.get(f"/queues/{QUEUE}").get_data(as_text=True)
+    text = " ".join(re.sub(r"<[^>]+>", " ", page).split())
+    assert "Held back by limits at the leader's last tick: 3 by rate_limit , 7 by" in text
+    assert "partition_concurrency" in text

@@ -12,6 +12,8 @@ from s3queue.protocol.controls import Controls, read_controls
 from s3queue.storage import MemoryStorage
 from s3queue.storage.base import Storage
 
+NOTHING_HELD = {"rate_limit": 0, "partition_rate_limit": 0, "partition_concurrency": 0, "paused": 0}
+
 
 def test_a_paused_queue_accepts_enqueues_and_dispatches_nothing_until_resumed(
     storage: Storage,
@@ -28,10 +30,10 @@ def test_a_paused_queue_accepts_enqueues_and_dispatches_nothing_until_resumed(
     assert result.paused and result.dispatched == 0 and h.invocations == []
     stats = h.queue.stats()
     assert stats["paused"] is True and stats["pending"] == 5
-    assert stats["held"] == {"paused": 5}
+    assert stats["held"] == {**NOTHING_HELD, "paused": 5}
     # WHEN it is resumed, the next tick dispatches everything
     h.queue.resume()
-    assert not h.queue.paused() and h.queue.stats()["held"] == {"paused": 0}
+    assert not h.queue.paused() and h.queue.stats()["held"] == NOTHING_HELD
     handler = Recorder()
     h.drain(handler)
     assert sorted(m.id for m in handler.seen) == sorted(ids)
@@ -53,7 +55,7 @@ def test_tickets_in_flight_finish_while_paused() -> None:
     assert [w.status for w in works] == ["committed", "committed"]
     assert sorted(handler.bodies()) == [0, 1, 2, 3]
     assert h.tick().dispatched == 0
-    assert h.queue.stats()["held"] == {"paused": 1}
+    assert h.queue.stats()["held"] == {**NOTHING_HELD, "paused": 1}
 
 
 def test_a_reaped_ticket_s_messages_wait_while_paused() -> None:

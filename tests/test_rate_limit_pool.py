@@ -1,9 +1,9 @@
-"""The rate limit across a pool of real processes on SeaweedFS: two ``s3queue dev`` (one
+"""The rate limits across a pool of real processes on SeaweedFS: two ``s3queue dev`` (one
 leads, the other follows and works) and one ``s3queue worker``.
 
-Each handler appends ``<pid> <start time, ms>`` to a log, by its own clock, the moment it
-starts: the limit is judged by those times, bucketed by second (the windows of
-`dispatching.limits`), never by how long the run took. The processes run with ``--drain``
+Each handler appends ``<pid> <start time, ms> <partition>`` to a log, by its own clock, the
+moment it starts: the limits are judged by those times, bucketed by second (the windows of
+`protocol.budgets`), never by how long the run took. The processes run with ``--drain``
 and the test joins them.
 """
 
@@ -23,24 +23,31 @@ from s3queue.storage.s3 import S3Storage
 pytestmark = pytest.mark.s3
 
 LIMIT = 6
+PER_PARTITION = 4
+"""Two partitions at 4 a second each could start 8 a second together: both limits bind."""
 MESSAGES = 48
 HANDLER = f"""
 import os, time
 
-SETTINGS = {{"rate_limit": {LIMIT}, "batch_size": 1, "visibility_timeout": 6}}
+SETTINGS = {{
+    "rate_limit": {LIMIT},
+    "partition_rate_limit": {PER_PARTITION},
+    "batch_size": 1,
+    "visibility_timeout": 6,
+}}
 
 
 def handle(message):
     with open(os.environ["RATE_LOG"], "a") as out:
-        out.write(f"{{os.getpid()}} {{time.time_ns() // 1_000_000}}\\n")
+        out.write(f"{{os.getpid()}} {{time.time_ns() // 1_000_000}} {{message.partition}}\\n")
     time.sleep(0.3)  # one worker thread a process: no process can start 6 a second alone
 """
 
 
-def test_the_rate_limit_holds_across_two_dev_processes_and_a_worker(
+def test_the_rate_limits_hold_across_two_dev_processes_and_a_worker(
     seaweed: EmbeddedS3, bucket: str, tmp_path: Path
 ) -> None:
-    # GIVEN a rate-limited queue with a backlog of 60 messages
+    # GIVEN a rate-limited queue with a backlog of 48 messages in two partitions
     (tmp_path / "handlers").mkdir()
     (tmp_path / "handlers" / "limited.py").write_text(HANDLER)
     log = tmp_path / "starts.log"
@@ -52,7 +59,7 @@ def test_the_rate_limit_holds_across_two_dev_processes_and_a_worker(
     }
     queue = Queue("limited", storage=S3Storage(seaweed.make_client(), bucket))
     for i in range(MESSAGES):  # one object each: tickets of one message, for every process
-        queue.enqueue({"n": i})
+        queue.enqueue({"n": i}, partition=f"p{i % 2}")
     # WHEN two `s3queue dev` and one `s3queue worker` drain it together
     base = [sys.executable, "-m", "s3queue.local.cli", "--endpoint-url", seaweed.endpoint_url]
     base += ["--bucket", bucket]
@@ -65,9 +72,11 @@ def test_the_rate_limit_holds_across_two_dev_processes_and_a_worker(
     for proc in procs:
         assert proc.wait(timeout=240) == 0, list(tmp_path.glob("*.log"))
     # THEN every message started once, more than one process started them, and no second saw
-    # more than the limit of starts
+    # more than the limit of starts, nor of one partition's
     starts = [line.split() for line in log.read_text().splitlines()]
     assert len(starts) == MESSAGES
-    per_second = Counter(int(at) // 1000 for _, at in starts)
+    per_second = Counter(int(at) // 1000 for _, at, _ in starts)
     assert max(per_second.values()) <= LIMIT, sorted(per_second.items())
-    assert len({pid for pid, _ in starts}) >= 2, "the work was not shared"
+    per_partition = Counter((p, int(at) // 1000) for _, at, p in starts)
+    assert max(per_partition.values()) <= PER_PARTITION, sorted(per_partition.items())
+    assert len({pid for pid, _, _ in starts}) >= 2, "the work was not shared"

@@ -30,6 +30,8 @@ Invariants (the ``invariant`` name of a `Violation`):
     paused_dispatch         a ticket published by a tick that read the queue paused (flow.py)
     rate_limit              a second saw more handler starts than the queue's rate_limit
     foreign_version         a version of a foreign key put again ran twice, or its last never ran
+    partition_rate_limit    a second saw more handler starts of one partition than its limit
+    partition_concurrency   a partition had more messages in live tickets than its cap
 """
 
 from __future__ import annotations
@@ -59,6 +61,8 @@ def check(entries: list[Entry], final: FinalState, expect: Expect) -> Report:
     fifo.check(t, report)
     flow.check_pauses(entries, report)
     flow.check_rate(entries, expect.rate_limit, expect.skew_ms, report)
+    flow.check_partition_rate(entries, expect.partition_rate_limit, expect.skew_ms, report)
+    flow.check_partition_concurrency(entries, expect.partition_concurrency, report)
     for e in t.wrong_partitions:
         report.add("partition", str(e["id"]), f"sent to {e['sent']!r}, ran as {e['got']!r}")
     _count(t, final, report)

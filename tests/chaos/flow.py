@@ -27,12 +27,14 @@ from collections.abc import Callable
 
 from s3queue.errors import S3QueueError
 from s3queue.producing.producer import Queue
+from s3queue.protocol.keys import QueueKeys
 
-from chaos.actors import QUEUE, Actor, Role, World
+from chaos.actors import PREFIX, QUEUE, Actor, Role, World
 from chaos.history import Entry
 from chaos.report import Report
 
 CONTROLS_SUFFIX = "/controls"
+KEYS = QueueKeys(PREFIX, QUEUE)
 SWITCH_RETRY_S = 0.5
 
 
@@ -112,3 +114,48 @@ def check_pauses(entries: list[Entry], report: Report) -> None:
                 report.add("paused_dispatch", str(e["ticket"]), f"{e.actor} never read controls")
             elif seen:
                 report.add("paused_dispatch", str(e["ticket"]), f"{e.actor} read it paused")
+
+
+def _partition(ref: str) -> str:
+    return KEYS.partition_of(ref) or ""
+
+
+def _messages(ref: str) -> int:
+    parsed = KEYS.owning(ref).parse_msg(ref)
+    return parsed.count if parsed is not None else 1
+
+
+def check_partition_rate(entries: list[Entry], limit: int, skew_ms: int, report: Report) -> None:
+    """Invariant ``partition_rate_limit``: no second saw more handler starts of one partition
+    than the limit (judged as ``rate_limit`` is; a start's partition is its ref's)."""
+    if not limit or skew_ms:
+        return
+    per_second: dict[tuple[str, int], int] = {}
+    for e in entries:
+        if e.kind == "handler_start" and "ref" in e.fields:
+            at = (_partition(e["ref"]), e.true_ms // 1000)
+            per_second[at] = per_second.get(at, 0) + 1
+    for (partition, second), starts in sorted(per_second.items()):
+        if starts > limit:
+            where = f"partition {partition or '(default)'}, second {second}"
+            report.add("partition_rate_limit", where, f"{starts} handler starts > {limit}")
+
+
+def check_partition_concurrency(entries: list[Entry], cap: int, report: Report) -> None:
+    """Invariant ``partition_concurrency``: when a ticket is dispatched, the messages of its
+    partition in live tickets (dispatched, not yet deleted) are at most the cap, unless the
+    ticket is its partition's only one (a packed object larger than the cap goes alone)."""
+    if not cap:
+        return
+    live: dict[str, tuple[str, int]] = {}
+    """ticket -> (its partition, its messages)"""
+    for e in entries:
+        if e.kind == "ticket_delete":
+            live.pop(e["ticket"], None)
+        elif e.kind == "dispatch" and e["refs"]:
+            partition = _partition(e["refs"][0])
+            live[e["ticket"]] = (partition, sum(_messages(ref) for ref in e["refs"]))
+            mine = [count for p, count in live.values() if p == partition]
+            if len(mine) > 1 and sum(mine) > cap:
+                where = f"partition {partition or '(default)'}, ticket {e['ticket']}"
+                report.add("partition_concurrency", where, f"{sum(mine)} in flight > {cap}")

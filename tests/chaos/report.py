@@ -26,6 +26,10 @@ class Expect:
     drained: bool = True
     rate_limit: int = 0
     """The queue's rate_limit: handler starts allowed per second (0: none)."""
+    partition_rate_limit: int = 0
+    """Handler starts allowed per second of one partition (0: none)."""
+    partition_concurrency: int = 0
+    """Messages of one partition allowed in live tickets at once (0: no cap)."""
 
 
 @dataclass(frozen=True)

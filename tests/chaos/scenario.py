@@ -155,6 +155,8 @@ def expectation(config: Config, expected: workload.Expected, *, drained: bool) -
         + 2 * (config.drift.step_ms + round(config.drift.ppm * config.max_s / 1000)),
         drained=drained,
         rate_limit=s.rate_limit,
+        partition_rate_limit=s.partition_rate_limit,
+        partition_concurrency=s.partition_concurrency,
     )
 
 

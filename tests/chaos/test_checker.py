@@ -238,9 +238,26 @@ def _paused_dispatch() -> Story:
     return s
 
 
+def _starts_in_one_partition() -> Story:
+    """good(), each start of it carrying its (default partition's) ref: over a limit of 1."""
+    s = good()
+    for i, e in enumerate(s.entries):
+        if e.kind == "handler_start":
+            fields = {**e.fields, "ref": key(e["message_id"])}
+            s.entries[i] = Entry(e.seq, e.true_ms, e.kind, e.actor, fields)
+    return s
+
+
+def _two_live_tickets() -> Story:
+    """good(), and two more tickets of its partition out at once: over a cap of 1."""
+    return good().enqueue("a", "b").dispatch(8, "a").dispatch(9, "b")
+
+
 CASES: dict[str, Mutation] = {
     "paused_dispatch": lambda: (_paused_dispatch(), final()),
     "rate_limit": lambda: (good(), final()),
+    "partition_rate_limit": lambda: (_starts_in_one_partition(), final()),
+    "partition_concurrency": lambda: (_two_live_tickets(), final()),
     "lost": lambda: (good().enqueue("x"), final()),
     "stuck": lambda: (good().enqueue("x"), final(pending=[Pending("x", key("x"), 1)])),
     "committed_twice": lambda: (good().commit(9, "w3", ("m", "done")), final()),
@@ -348,7 +365,8 @@ def test_every_invariant_has_a_case() -> None:
 def test_a_broken_history_is_flagged(invariant: str) -> None:
     story, state = CASES[invariant]()
     # good() starts its handlers within one second: over a limit of 1
-    expect = dataclasses.replace(EXPECT, rate_limit=1) if invariant == "rate_limit" else EXPECT
+    limits = {"rate_limit", "partition_rate_limit", "partition_concurrency"}
+    expect = dataclasses.replace(EXPECT, **{invariant: 1}) if invariant in limits else EXPECT
     report = check(story.entries, state, expect)
     assert invariant in report.invariants(), report.summary() or "no violation found"
 

@@ -46,7 +46,12 @@ class QueueSettings:
     """Worker Lambda timeout in seconds (deployment only); at least `visibility_timeout`."""
     rate_limit: int = 0
     """Handler starts per second for the whole queue, across every worker (0: no limit);
-    enforced by the leader, a window of one second at a time (dispatching/limits.py)."""
+    paced by the leader, kept by counters where handlers start (dispatching/limits.py)."""
+    partition_rate_limit: int = 0
+    """Handler starts per second of each partition (0: no limit), as `rate_limit`."""
+    partition_concurrency: int = 0
+    """Messages of one partition in flight (in live tickets) at once (0: no cap): the leader
+    dispatches no more (a packed object larger than the cap goes alone)."""
     paused: bool = False
     """Dispatch nothing new, as after ``s3queue pause`` (which needs no deployment): a
     deployment's override. Enqueues are accepted; tickets in flight finish."""
@@ -62,9 +67,10 @@ class QueueSettings:
         for name in positive:
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name} must be positive, got {getattr(self, name)!r}")
-        if self.rate_limit < 0:
-            raise ConfigError(f"rate_limit must not be negative, got {self.rate_limit}")
-        if self.rate_limit and self.visibility_timeout < 1:
+        for name in ("rate_limit", "partition_rate_limit", "partition_concurrency"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"{name} must not be negative, got {getattr(self, name)}")
+        if (self.rate_limit or self.partition_rate_limit) and self.visibility_timeout < 1:
             raise ConfigError("a rate-limited queue needs a visibility_timeout of at least 1 s")
         if self.max_retries < 0 or self.backoff_base < 0:
             raise ConfigError("max_retries and backoff_base must not be negative")

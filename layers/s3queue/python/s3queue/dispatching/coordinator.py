@@ -18,8 +18,9 @@ fence, re-invoke, reap or forget) is reconcile.py's; whether there is work at al
 from __future__ import annotations
 
 import uuid
+from collections import Counter
 from collections.abc import Iterable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from functools import partial
 
 from s3queue.common.clock import Clock, SystemClock, ms
@@ -29,7 +30,8 @@ from s3queue.contract.settings import CoordinatorSettings, QueueSettings
 from s3queue.dispatching import scan, sizing
 from s3queue.dispatching.cursor import Cursors
 from s3queue.dispatching.gate import Gate
-from s3queue.dispatching.limits import RateWindow
+from s3queue.dispatching.holds import HoldReport
+from s3queue.dispatching.limits import Budgets, Limits
 from s3queue.dispatching.probe import probe
 from s3queue.dispatching.publishing import Publisher
 from s3queue.dispatching.reconcile import Invoker, Known, Reconciler
@@ -70,8 +72,8 @@ class TickResult:
     """Visible time of the oldest ready message not in flight, if the tick scanned."""
     paused: bool = False
     """The queue is paused (gate.py): this tick dispatched nothing new and scanned nothing."""
-    rate_limited: int = 0
-    """Ready messages held back by the rate limit this tick (limits.py)."""
+    held: dict[str, int] = field(default_factory=dict)
+    """Ready messages held back this tick, by the limit that held them (limits.py)."""
 
     @property
     def idle(self) -> bool:
@@ -135,6 +137,7 @@ class Coordinator:
             self.emit,
         )
         self.gate = Gate(storage, self.keys, self.settings)
+        self.holds = HoldReport(storage, self.keys.holds)
         """Flow control: whether this tick may dispatch (gate.py)."""
         self.memory = self._fresh()
 
@@ -150,9 +153,8 @@ class Coordinator:
         self.publisher.run_all = run_all
 
     def _fresh(self, epoch: int = 0) -> Memory:
-        limit, skew = self.settings.rate_limit, ms(self.config.skew_tolerance)
-        rate = RateWindow(limit, skew) if limit else None
-        return Memory(Cursors(self.keys, self.config), epoch=epoch, rate=rate)
+        limits = Limits.of(self.settings)
+        return Memory(Cursors(self.keys, self.config), epoch=epoch, limits=limits)
 
     def tick(self) -> TickResult:
         """Lead if possible, then reconcile tickets and dispatch what is ready."""
@@ -214,7 +216,8 @@ class Coordinator:
             for partition in self._round(inbox):
                 found = inbox.get(partition, [])
                 parts.append(self._read(partition, now, want, in_flight, live, found))
-            self._plan(parts, now, capacity, in_flight, queued)
+            budgets = self._budgets(now, live)
+            self._plan(parts, now, capacity, in_flight, queued, budgets)
             dispatched = self._publish_parts(parts, now)
         except BaseException:
             # A partition read before the failure used up its rewind and wake-ups: the next
@@ -231,7 +234,20 @@ class Coordinator:
             sum(part.plan.waiting for part in parts),
             oldest_ready(candidates, in_flight, now),
         )
-        return replace(result, rate_limited=sum(part.plan.limited for part in parts))
+        if budgets is None:
+            return result
+        self.holds.update(budgets.held, now)
+        return replace(result, held=budgets.held)
+
+    def _budgets(self, now: int, live: list[LiveRef]) -> Budgets | None:
+        """This tick's budgets under the queue's limits (None: it has none)."""
+        limits = self.memory.limits
+        if limits is None:
+            return None
+        in_flight: Counter[str | None] = Counter()
+        for ref in live:
+            in_flight[split_lane(ref.partition)[0]] += count_refs([ref])
+        return limits.budgets(now, in_flight)
 
     def _inbox_and_partitions(self, now: int) -> dict[str | None, list[scan.Candidate]]:
         """The inbox, and the partition folders when due, listed at once (neither needs the
@@ -293,11 +309,18 @@ class Coordinator:
         return Part(partition, cursor, saved, candidates, stopped, busy | absent, absent)
 
     def _plan(
-        self, parts: list[Part], now: int, capacity: int, in_flight: set[str], queued: int
+        self,
+        parts: list[Part],
+        now: int,
+        capacity: int,
+        in_flight: set[str],
+        queued: int,
+        budgets: Budgets | None,
     ) -> None:
         """Each partition's plan, within its fair share of `capacity`: every partition with
         ready work gets a ticket in turn before any gets a second (round-robin). Under a
-        backlog the first tickets grow (sizing.py)."""
+        backlog the first tickets grow (sizing.py). A limited queue's partitions each plan
+        within what their limits leave (limits.py), the highest priority first."""
         origins = {self.keys.ticket_origin(key) for key in self.memory.known}
         batch_size = self.settings.batch_size
         ready = sum(
@@ -308,9 +331,11 @@ class Coordinator:
             self.settings, self.pace, ready=ready, free=capacity, live_grown=grown, queued=queued
         )
         offset = 0
-        budget = None if self.memory.rate is None else self.memory.rate.open(now)[1]
 
-        def plan(part: Part, tickets: int, budget: int | None = budget) -> scan.Plan:
+        def plan(part: Part, tickets: int) -> scan.Plan:
+            tenant = split_lane(part.partition)[0]
+            budget = None if budgets is None else budgets.left(tenant)[0]
+            whole = budgets is not None and budgets.whole(tenant)
             return scan.Planner(
                 now_ms=now,
                 limit=lambda n: sizes.limit(offset + n),
@@ -319,15 +344,17 @@ class Coordinator:
                 busy_groups=part.blocked,
                 live_origins=origins,
                 budget=budget,
+                whole=whole,
             ).run(part.candidates)
 
         wanted = [plan(part, capacity) for part in parts]
         priorities = [split_lane(part.partition)[1] for part in parts]
         shares = prioritized_shares([len(w.batches) for w in wanted], priorities, capacity)
         for part, want, share in zip(parts, wanted, shares, strict=True):
-            if budget is not None:  # the window's budget, to each in turn (highest first)
-                part.plan = plan(part, share, budget)
-                budget = max(budget - part.plan.spent, 0)
+            if budgets is not None:  # what the limits leave, to each in turn (highest first)
+                part.plan = plan(part, share)
+                tenant = split_lane(part.partition)[0]
+                budgets.spend(tenant, part.plan.spent, part.plan.limited)
             elif share == len(want.batches) and not offset:
                 part.plan = want
             else:
@@ -344,14 +371,9 @@ class Coordinator:
         if all its batches went out, else back to where it was before this tick."""
         order = interleaved([part.plan.batches for part in parts])
         batches = [batch for _, batch in order]
-        rate = self.memory.rate
-        permits = None
-        if rate is not None and batches:
-            start = rate.open(now)[0]
-            permits = rate.permits([sum(c.count for c in b) for b in batches], start)
-            # Spent before the PUTs: a publication that fails after others went out raises
-            # here, and what went out must count (one that did not is budget lost, not broken).
-            rate.spend(sum(p.starts for p in permits))
+        limits, permits = self.memory.limits, None
+        if limits is not None and limits.permit(0) is not None:
+            permits = [limits.permit(sum(c.count for c in b)) for b in batches]
         published = self.publisher.publish_all(self.memory, batches, now, permits)
         done: dict[int, list[int]] = {i: [] for i in range(len(parts))}
         for (i, _), count in zip(order, published, strict=True):

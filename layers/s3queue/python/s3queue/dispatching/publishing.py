@@ -45,7 +45,7 @@ class Publisher:
         memory: Memory,
         batches: list[list[scan.Candidate]],
         now: int,
-        permits: list[Permit] | None = None,
+        permits: list[Permit | None] | None = None,
     ) -> list[int]:
         """Each batch's message count once published (0: not published).
 
@@ -57,7 +57,7 @@ class Publisher:
         says why that fences). The first error is raised once every publication has returned;
         what was published is known. `permits`: each batch's, for a rate-limited queue.
         """
-        given = permits if permits is not None else [None] * len(batches)
+        given: list[Permit | None] = permits if permits is not None else [None] * len(batches)
         if len(batches) < 2 or self.config.publish_concurrency < 2:
             return [
                 self._publish(memory, batch, now, _next_seq(memory), permit=permit)

@@ -92,7 +92,9 @@ class Planner:
     busy_groups: set[str]
     live_origins: set[str]
     budget: int | None = None
-    """Messages this plan may take in all (a rate limit's window, limits.py); None: any."""
+    """Messages this plan may take in all (what the limits leave, limits.py); None: any."""
+    whole: bool = False
+    """The budget is a limit's whole amount: an object larger than it may go, alone."""
     plan: Plan = field(default_factory=Plan)
     _open: list[Candidate] | None = None
     _rooms: dict[int, _Room] = field(default_factory=dict)
@@ -109,7 +111,7 @@ class Planner:
                 continue
             if candidate.group is None and candidate.ready_ms > self.now_ms:
                 continue  # a delayed message; the scan stops at the first one
-            if self.budget is not None and self.plan.spent >= self.budget:
+            if self._over_budget(candidate):
                 self._limit(candidate)
                 continue
             if candidate.group is None:
@@ -141,6 +143,13 @@ class Planner:
         room.take(candidate)
         self.plan.spent += candidate.count
         return True
+
+    def _over_budget(self, candidate: Candidate) -> bool:
+        """Would `candidate` take the plan past its budget? A packed object larger than a
+        whole budget goes when nothing else does, or it would never go."""
+        if self.budget is None or self.plan.spent + candidate.count <= self.budget:
+            return False
+        return not (self.whole and self.plan.spent == 0)
 
     def _limit(self, candidate: Candidate) -> None:
         """Held back by the budget: it waits in its place in line, as for capacity (the cursor

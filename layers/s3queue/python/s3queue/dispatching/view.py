@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from s3queue.dispatching import scan, sizing
 from s3queue.dispatching.cursor import Cursor, Cursors
-from s3queue.dispatching.limits import RateWindow
+from s3queue.dispatching.limits import Limits
 from s3queue.dispatching.reconcile import Known
 from s3queue.protocol.keys import MsgKey, split_lane
 from s3queue.storage.base import Entry
@@ -36,8 +36,8 @@ class Memory:
     discovered_ms: int | None = None
     served: str | None = None
     """The partition served last in the last round: the next round starts after it."""
-    rate: RateWindow | None = None
-    """The rate limit's count of this epoch (limits.py); None: the queue has none."""
+    limits: Limits | None = None
+    """The queue's limits and their pacing in this epoch (limits.py); None: it has none."""
 
 
 @dataclass(slots=True)

@@ -28,6 +28,7 @@ from s3queue.producing.arguments import (
 from s3queue.protocol.attributes import check_attributes
 from s3queue.protocol.controls import read_controls, set_paused
 from s3queue.protocol.deadletters import DeadLetter
+from s3queue.protocol.holds import HELD_REASONS, read_holds
 from s3queue.protocol.keys import (
     QueueKeys,
     check_message_id,
@@ -267,12 +268,19 @@ class Queue:
 
         Costs one LIST per 1,000 keys of the queue, and one GET per ticket that changed since
         this object's previous call (all of them the first time): poll one `Queue`, not new ones.
-        ``paused`` (one GET) and ``held``: what dispatch holds back, and why (``{"paused": n}``).
+        ``paused`` (one GET) and ``held`` (one GET): ready messages dispatch holds back, by why:
+        ``paused`` (all pending), and what the leader's limits held at its last tick
+        (``rate_limit``, ``partition_rate_limit``, ``partition_concurrency``; `protocol.holds`).
         """
-        counts = admin.stats(self.storage, self.keys, self.clock.now_ms(), self._tickets)
+        now = self.clock.now_ms()
+        counts = admin.stats(self.storage, self.keys, now, self._tickets)
         paused = self.paused()
         counts["paused"] = paused
-        counts["held"] = {"paused": counts["pending"] if paused else 0}
+        limited = read_holds(self.storage, self.keys.holds, now)
+        counts["held"] = {
+            **{reason: limited.get(reason, 0) for reason in HELD_REASONS},
+            "paused": counts["pending"] if paused else 0,
+        }
         return counts
 
     def pause(self) -> None:

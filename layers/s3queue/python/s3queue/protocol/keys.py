@@ -1,6 +1,9 @@
 """Every key of a queue, in one place; fixed-width fields so LIST order is dispatch order.
 
     <prefix>/<queue>/blobs/<name>                payloads of messages too large to inline
+    <prefix>/<queue>/budgets/~queue              rate-limit counter of the queue (budgets.py)
+    <prefix>/<queue>/budgets/<partition>         ... of a partition (~default: the default's)
+    <prefix>/<queue>/budgets/~held               what the leader holds back, and why (holds.py)
     <prefix>/<queue>/coordinator                 leader lease
     <prefix>/<queue>/dlq/<dead_ms>-<id>          dead letters
     <prefix>/<queue>/dlq/~payloads/<dead_ms>-<id>    ... their payloads (after every dead letter)
@@ -322,6 +325,17 @@ class QueueKeys:
     @property
     def lease(self) -> str:
         return self.root + "coordinator"
+
+    def budget(self, partition: str | None, *, whole: bool = False) -> str:
+        """The rate-limit counter (`s3queue.protocol.budgets`) of the whole queue, or of
+        `partition` (None: the default one). Before ``ids/``: never seen as work."""
+        name = "~queue" if whole else (partition or "~default")
+        return f"{self.root}budgets/{name}"
+
+    @property
+    def holds(self) -> str:
+        """What the leader holds back, and why (`s3queue.protocol.holds`)."""
+        return f"{self.root}budgets/~held"
 
     @property
     def controls(self) -> str:

@@ -1,13 +1,14 @@
-"""A ticket's permit: when, and how many of, its handlers may start (rate limits).
+"""A ticket's permit: the rate limits its handler starts are taken against.
 
-    "permit": {"from": <ms>, "by": <ms>, "starts": <n>}     in a ticket (tickets.py)
+    "permit": {"rate": <n>, "partition_rate": <n>, "messages": <n>}     in a ticket (tickets.py)
 
-The leader of a rate-limited queue gives each ticket a window of the queue's rate-limit clock
-(``[from, by)``, one second) and a number of starts out of that window's budget
-(`dispatching.limits`). A worker starts no handler of the ticket before ``from`` (it waits),
-none at or after ``by`` and no more than ``starts`` of them: the rest are released untouched
-(no attempt counted) and dispatched again in a later window. A ticket without a permit (every
-queue without ``rate_limit``) starts as before.
+The leader of a rate-limited queue marks each ticket with the limits that bind its starts
+(``rate``: the queue's ``rate_limit``; ``partition_rate``: ``partition_rate_limit`` of the
+ticket's one partition; 0: none) and the messages it holds. The worker takes the starts it
+needs from the counters of those limits (`s3queue.protocol.budgets`) before it claims the
+ticket, and again whenever its ticket outlasts the window it took them in: a permit is spent
+where the handler starts, never at dispatch, so a ticket that waits for a worker loses nothing.
+A ticket without a permit (every queue without a rate limit) starts as before.
 """
 
 from __future__ import annotations
@@ -18,30 +19,24 @@ from typing import Any
 
 @dataclass(frozen=True, slots=True)
 class Permit:
-    """Handler starts a ticket may make: at most `starts`, within ``[from_ms, by_ms)``."""
+    """The rate limits (starts per second; 0: none) that bind a ticket's handler starts."""
 
-    from_ms: int
-    by_ms: int
-    starts: int
+    rate: int = 0
+    partition_rate: int = 0
+    messages: int = 0
+    """The messages the ticket holds: what its worker asks a counter for at most."""
 
     def to_json(self) -> dict[str, Any]:
-        return {"from": self.from_ms, "by": self.by_ms, "starts": self.starts}
+        return {"rate": self.rate, "partition_rate": self.partition_rate, "messages": self.messages}
 
     @classmethod
     def from_json(cls, doc: dict[str, Any] | None) -> Permit | None:
         if doc is None:
             return None
-        return cls(int(doc["from"]), int(doc["by"]), int(doc["starts"]))
+        return cls(
+            int(doc.get("rate", 0)), int(doc.get("partition_rate", 0)), int(doc.get("messages", 0))
+        )
 
-    def wait_ms(self, now_ms: int) -> int:
-        """How long a worker waits before its first start (its clock is early)."""
-        return max(self.from_ms - now_ms, 0)
-
-    def refuses(self, now_ms: int, started: int) -> str | None:
-        """Why one more handler may not start now, after `started` of this delivery; None: it
-        may."""
-        if now_ms >= self.by_ms:
-            return "rate window over"
-        if started >= self.starts:
-            return "rate limit"
-        return None
+    @property
+    def limited(self) -> bool:
+        return bool(self.rate or self.partition_rate)

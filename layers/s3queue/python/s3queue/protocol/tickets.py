@@ -133,7 +133,7 @@ class Ticket:
     outcomes: list[Outcome] = field(default_factory=list)
     history: list[dict[str, Any]] = field(default_factory=list)
     permit: Permit | None = None
-    """A rate-limited queue's handler starts for this ticket (permits.py); None: no limit."""
+    """The rate limits this ticket's handler starts are taken against (permits.py)."""
     applied: int = 0
     """Refs of a committed ticket whose outcomes are applied and sources retired, from the
     first: an apply cut short by its time budget records them, and the next applier starts
@@ -204,6 +204,11 @@ class Ticket:
             )
         except (ValueError, KeyError, TypeError) as exc:
             raise MalformedMessage(f"undecodable ticket: {exc}") from exc
+
+    @property
+    def permit_messages(self) -> int:
+        """The messages a rate-limited ticket asks its counters for (its permit says)."""
+        return self.permit.messages if self.permit is not None else 0
 
     def to_payload(self, key: str, etag: str) -> dict[str, Any]:
         """What the coordinator sends a worker: enough to claim without reading the ticket,

@@ -39,6 +39,7 @@ from s3queue.working.claim import Beating, Claim
 from s3queue.working.guard import Guard
 from s3queue.working.handle import Handler, Runner
 from s3queue.working.load import Loaded, load_ref
+from s3queue.working.throttle import Throttle
 from s3queue.working.typed import bind
 
 __all__ = ["Handler", "Status", "WorkResult", "Worker"]
@@ -126,11 +127,31 @@ class Worker:
         refused = self._fenced(key, ticket, preloaded)
         if refused is not None:
             return refused
+        throttle = self._throttle(ticket)
+        if throttle is not None:  # starts taken before the claim (throttle.py)
+            stop = throttle.acquire(ticket.permit_messages, partial(self._time_short, remaining_ms))
+            if stop is not None:
+                self.emit("reject", self.clock.now_ms(), ticket=key, status="deferred", why=stop)
+                return WorkResult(key, "deferred")
         claim = self._claim(key, ticket, etag, remaining_ms, preloaded)
         if isinstance(claim, WorkResult):
+            if throttle is not None:
+                throttle.give_back()
             return claim
         guard = Guard(self._bind(handler), remaining_ms, self.settings.timeout)
-        return self._work(claim, guard, remaining_ms)
+        return self._work(claim, guard, remaining_ms, throttle)
+
+    def _throttle(self, ticket: Ticket) -> Throttle | None:
+        """A pending rate-limited ticket's throttle (None: nothing limits its starts)."""
+        permit = ticket.permit
+        if permit is None or not permit.limited or ticket.state != "pending" or not ticket.refs:
+            return None
+        return Throttle.of(self.storage, self.keys, self.clock, permit, ticket.refs[0].key)
+
+    def _time_short(self, remaining_ms: Callable[[], int] | None) -> str | None:
+        if remaining_ms is not None and remaining_ms() < self.time_margin_ms:
+            return "time short"
+        return None
 
     def _bind(self, handler: Handler) -> Handler:
         """`handler` with its body model applied, if it declares one (typed.py)."""
@@ -160,13 +181,17 @@ class Worker:
         return WorkResult(key, status)
 
     def _work(
-        self, claim: Claim, guard: Guard, remaining_ms: Callable[[], int] | None
+        self,
+        claim: Claim,
+        guard: Guard,
+        remaining_ms: Callable[[], int] | None,
+        throttle: Throttle | None = None,
     ) -> WorkResult:
         """Run the claimed ticket's messages, commit, apply."""
         key = claim.key
         try:
             with Beating(claim, self.heartbeat_thread):
-                self._run(claim, guard, remaining_ms)
+                self._run(claim, guard, remaining_ms, throttle)
             claim.ticket.state = "committed"
             claim.ticket.committed_ms = self.clock.now_ms()
             claim.write(lease=False)
@@ -304,14 +329,19 @@ class Worker:
         cache: dict[str, Loaded | None] = claim.loaded if claim else {}
         return lambda ref: self._load(ref, cache)
 
-    def _run(self, claim: Claim, guard: Guard, remaining_ms: Callable[[], int] | None) -> None:
+    def _run(
+        self,
+        claim: Claim,
+        guard: Guard,
+        remaining_ms: Callable[[], int] | None,
+        throttle: Throttle | None,
+    ) -> None:
         loaded = claim.loaded
         recorded = {(o.ref, o.id): o.kind for o in claim.ticket.outcomes}
         failed_groups: set[str] = set()
-        permit, started = claim.ticket.permit, 0
-        if permit is not None:  # a rate-limited ticket: not before its window (permits.py)
-            self.clock.sleep(permit.wait_ms(self.clock.now_ms()) / 1000)
+        left = claim.ticket.permit_messages
         for ref, index, record, error in self._messages(claim, loaded):
+            left -= 1
             if (ref.key, record.id) in recorded:
                 # Recorded by an earlier delivery's heartbeat: a group whose message failed
                 # there stays failed here, or the next one would overtake its retry.
@@ -319,23 +349,39 @@ class Worker:
                     failed_groups.add(record.group)
                 continue
             stop = self._stop_reason(guard, remaining_ms)
-            if stop is None and permit is not None:
-                stop = permit.refuses(self.clock.now_ms(), started)
+            if stop is None and record.group is not None and record.group in failed_groups:
+                stop = "earlier message of its group failed"
+            if stop is None and throttle is not None and not throttle.may_start():
+                stop = self._permit(claim, guard, remaining_ms, throttle, left + 1)
             if stop is not None:
                 self._release(claim, ref, record, stop)
-                continue
-            if record.group is not None and record.group in failed_groups:
-                self._release(claim, ref, record, "earlier message of its group failed")
                 continue
             outcome = self.runner.settle(ref, index, record, error)
             if outcome is None:  # it runs: noted as running with no I/O before its start
                 self._before_start(claim, ref, index, record)
-                started += 1
+                if throttle is not None:
+                    throttle.started()
                 redelivered = claim.ticket.generation > 0
                 outcome = self.runner.start(guard, ref, index, record, redelivered)
             if outcome.kind == "retry" and record.group is not None:
                 failed_groups.add(record.group)
             claim.record(outcome)
+
+    def _permit(
+        self,
+        claim: Claim,
+        guard: Guard,
+        remaining_ms: Callable[[], int] | None,
+        throttle: Throttle,
+        want: int,
+    ) -> str | None:
+        """More starts for a ticket that outlasted its grant, heartbeating while it waits."""
+
+        def beat() -> None:
+            if self.clock.now_ms() >= claim.next_beat_ms:
+                claim.beat()
+
+        return throttle.acquire(want, partial(self._stop_reason, guard, remaining_ms), beat)
 
     def _stop_reason(self, guard: Guard, remaining_ms: Callable[[], int] | None) -> str | None:
         """Why no further handler of this ticket may start, if none may."""
