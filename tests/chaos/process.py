@@ -128,12 +128,18 @@ class ProcessStorage:
         raise Crash(where)
 
     def get(self, key: str, *, if_match: str | None = None) -> Object | None:
-        if self.history is not None and key.endswith("/controls"):
-            # before the request leaves: what it reads was written before this point (flow.py)
+        # The gate GETs the controls document (``tickets/~controls``) when the LIST of tickets
+        # showed it changed: that GET, not the LIST, is what its tick then goes by, and it may
+        # come well after the LIST (a slow reconcile). Recorded as a read of its own, before
+        # the request leaves and once its answer came, as `list` records the LIST (flow.py).
+        watched = self.history is not None and key.endswith("/tickets/~controls")
+        if watched and self.history is not None:
             self.history.record("controls_read", self.actor)
         result: Object | None = self._call(
             "get", key, lambda: self.inner.get(key, if_match=if_match)
         )
+        if watched and self.history is not None:
+            self.history.record("controls_seen", self.actor)
         return result
 
     def head(self, key: str) -> Head | None:
