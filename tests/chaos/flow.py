@@ -8,15 +8,15 @@ it is tried again until it answers, and the queue always ends resumed. It record
     pause_done      after `Queue.pause` returned: from here on the queue is paused
     resume_start    before `Queue.resume` is called: until here it still is
 
-Each process's LIST of tickets, which shows the controls document (``tickets/~controls``:
-the gate GETs it when its ETag changed), is recorded before the request can leave
-(``controls_read``) and once its answer came (``controls_seen``, both by
-`ProcessStorage.list`); so is the gate's GET of the document, which its tick then goes by
-(`ProcessStorage.get`: it can come well after the LIST, and after a resume began; the
-SeaweedFS chaos run found that a check of the LIST alone flags such a tick). A read after
-``pause_done`` and seen before the next ``resume_start`` began after the pause applied and ended before the resume began: on strongly
-consistent storage it read "paused". (One that a frozen process sends after the resume began
-is not: the chaos suite found that the first version of this check said so.)
+Each process's LIST of tickets, which shows the controls document (``tickets/~controls``: the
+gate GETs it when its ETag changed), is recorded before the request can leave
+(``controls_read``) and once its answer came (``controls_seen``, both by `ProcessStorage.list`);
+so is the gate's GET of the document, which its tick then goes by (`ProcessStorage.get`: it can
+come well after the LIST, and after a resume began; the SeaweedFS chaos run found that a check
+of the LIST alone flags such a tick). A read after ``pause_done`` and seen before the next
+``resume_start`` began after the pause applied and ended before the resume began: on strongly
+consistent storage it read "paused". (One that a frozen process sends after the resume began is
+not: the chaos suite found that the first version of this check said so.)
 
 Invariant ``paused_dispatch``: no process publishes a ticket (``dispatch``) after such a read
 and before its next one; and, in a run with pauses, none dispatches before it ever read the
