@@ -18,6 +18,8 @@ from s3queue.dispatching.coordinator import Coordinator
 from s3queue.dispatching.schedules import SLOT_ATTRIBUTE, Schedules
 from s3queue.dispatching.service import ServeSettings, serve
 from s3queue.errors import ConfigError
+from s3queue.local.cli import main
+from s3queue.local.schedule_commands import schedule_rows
 from s3queue.message import Message
 from s3queue.storage import MemoryStorage
 from s3queue.storage.base import iter_keys
@@ -254,3 +256,37 @@ def test_a_serving_loop_enqueues_each_slot_as_it_comes() -> None:
     assert [message_id for message_id, _ in seen] == [slot_id(s) for s in slots]
     late = [handled - slot for (_, handled), slot in zip(seen[1:], slots[1:], strict=True)]
     assert max(late) <= 500
+
+
+# --- s3queue schedules ---------------------------------------------------------------------
+
+
+def test_s3queue_schedules_lists_the_next_slots_of_each_scheduled_queue(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "nightly.py").write_text(
+        'SETTINGS = {"schedule": "0 3 * * *"}\ndef handle(m): ...\n'
+    )
+    (tmp_path / "ticker.py").write_text('SETTINGS = {"schedule": 10}\ndef handle(m): ...\n')
+    (tmp_path / "plain.py").write_text("def handle(m): ...\n")
+    rows = schedule_rows(str(tmp_path), at("2026-12-03T08:50:05"), 2)
+    assert rows == [
+        ["nightly", "cron '0 3 * * *' (UTC)", "2026-12-04T03:00:00Z", "schedule-20261204T030000Z"],
+        ["", "", "2026-12-05T03:00:00Z", "schedule-20261205T030000Z"],
+        ["ticker", "every 10 s", "2026-12-03T08:50:10Z", "schedule-20261203T085010Z"],
+        ["", "", "2026-12-03T08:50:20Z", "schedule-20261203T085020Z"],
+    ]
+    assert main(["schedules", "--handlers", str(tmp_path), "--next", "1"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split() == ["queue", "schedule", "next", "slot", "(UTC)", "message", "id"]
+    assert [line.split()[0] for line in lines[1:]] == ["nightly", "ticker"]
+
+
+def test_s3queue_schedules_names_the_file_of_a_bad_schedule(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "bad.py").write_text('SETTINGS = {"schedule": "0 3 * *"}\ndef handle(m): ...\n')
+    assert main(["schedules", "--handlers", str(tmp_path)]) == 2
+    assert (
+        "bad.py: schedule '0 3 * *': a cron expression has five fields" in capsys.readouterr().err
+    )
