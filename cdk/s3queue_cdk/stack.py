@@ -50,7 +50,7 @@ class S3QueueStack(Stack):
         super().__init__(scope, construct_id, **kwargs)
         self.settings = settings
         self.handlers = _handlers(functions_dir / "handlers")
-        check_schedules(self.handlers, settings.ids_retention_days)
+        check_schedules(self.handlers, settings.schedule_seconds, settings.ids_retention_days)
         self.storage = self._storage()
         self.layers = Layers(
             self,

@@ -44,7 +44,10 @@ def test_a_schedule_reaches_the_coordinator(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("settings", "says"),
     [
-        ('{"schedule": 10}', r"heartbeat\.py: schedule every 10 s: on Lambda"),
+        (
+            '{"schedule": 10}',
+            r"heartbeat\.py: schedule every 10 s: on Lambda the coordinator runs every 60 s",
+        ),
         ('{"schedule": 90}', r"heartbeat\.py: schedule every 90 s: on Lambda"),
         ('{"schedule": "*/5 * * *"}', r"heartbeat\.py: schedule '\*/5 \* \* \*'"),
         (
@@ -56,3 +59,11 @@ def test_a_schedule_reaches_the_coordinator(tmp_path: Path) -> None:
 def test_synth_refuses_what_lambda_cannot_keep(tmp_path: Path, settings: str, says: str) -> None:
     with pytest.raises(ConfigError, match=says):
         synth(functions_dir=functions_with(tmp_path, settings))
+
+
+def test_an_interval_must_be_whole_periods_of_the_coordinators_rate(tmp_path: Path) -> None:
+    functions = functions_with(tmp_path, '{"schedule": 600}')
+    synth({"s3queue:schedule": "rate(5 minutes)"}, functions_dir=functions)  # two periods
+    functions = functions_with(tmp_path / "b", '{"schedule": 120}')
+    with pytest.raises(ConfigError, match="coordinator runs every 300 s"):
+        synth({"s3queue:schedule": "rate(5 minutes)"}, functions_dir=functions)
