@@ -168,6 +168,7 @@ def test_a_new_process_finds_the_slot_already_enqueued() -> None:
     first = Schedules(bucket.clock).enqueue_due([bucket.coordinator("a")])
     again = Schedules(bucket.clock).enqueue_due([bucket.coordinator("b")])
     assert first.enqueued == ("ticks",) and again.enqueued == ()
+    assert again.tried == ("ticks",)  # a slot is waiting all the same: the run looks at once
     assert first.next_ms == again.next_ms == at("2026-12-03T08:51:00")
     assert len(bucket.messages()) == 1
 

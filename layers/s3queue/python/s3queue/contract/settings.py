@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields, replace
+from functools import cached_property
 from typing import Any
 
 from s3queue.contract.schedule import Schedule
@@ -96,8 +97,9 @@ class QueueSettings:
         elif self.schedule_body:
             raise ConfigError("schedule_body needs a schedule")
 
-    @property
+    @cached_property
     def parsed_schedule(self) -> Schedule | None:
+        """The schedule, parsed once per settings object (a coordinator reads it every step)."""
         return None if self.schedule is None else Schedule.parse(self.schedule)
 
     @property

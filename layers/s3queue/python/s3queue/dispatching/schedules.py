@@ -38,7 +38,10 @@ class Due:
     """What one `Schedules.enqueue_due` did."""
 
     enqueued: tuple[str, ...] = ()
-    """Queues whose slot this call put in (False for a slot another process put in first)."""
+    """Queues whose slot this call put in (not those whose slot another process put in first)."""
+    tried: tuple[str, ...] = ()
+    """Queues whose new slot this call enqueued or found enqueued: each has a message waiting,
+    whoever put it in, so a run looks at them at once."""
     next_ms: int | None = None
     """When the next slot of any scheduled queue falls; None without a schedule."""
 
@@ -58,31 +61,39 @@ class Schedules:
         a missing bucket or credentials end the call (as they end a coordinator run).
         """
         enqueued: list[str] = []
+        tried: list[str] = []
         upcoming: list[int] = []
         for coordinator in coordinators:
             schedule = coordinator.settings.parsed_schedule
             if schedule is None:
                 continue
-            now = self.clock.now_ms()
+            now, queue = self.clock.now_ms(), coordinator.keys.queue
             try:
-                if self._enqueue_latest(coordinator, schedule, now):
-                    enqueued.append(coordinator.keys.queue)
+                written = self._enqueue_latest(coordinator, schedule, now)
             except (BucketNotFound, AccessDenied):
                 raise
             except StorageError as exc:
-                log.warning("queue %s: scheduled enqueue failed: %s", coordinator.keys.queue, exc)
+                log.warning("queue %s: scheduled enqueue failed: %s", queue, exc)
+                written = None
+            if written is not None:
+                tried.append(queue)
+                if written:
+                    enqueued.append(queue)
             upcoming.append(schedule.following(now)[0])
-        return Due(tuple(enqueued), min(upcoming) if upcoming else None)
+        return Due(tuple(enqueued), tuple(tried), min(upcoming) if upcoming else None)
 
-    def _enqueue_latest(self, coordinator: Coordinator, schedule: Schedule, now: int) -> bool:
+    def _enqueue_latest(
+        self, coordinator: Coordinator, schedule: Schedule, now: int
+    ) -> bool | None:
+        """Whether this call put the latest slot in; None when there was no slot to try."""
         queue, settings = coordinator.keys.queue, coordinator.settings
         slot = schedule.latest(now)
         if slot <= self._done.get(queue, -1):
-            return False
+            return None
         if now - slot > ms(settings.schedule_catch_up):
             log.info("queue %s: slot %s skipped (older than schedule_catch_up)", queue, slot)
             self._done[queue] = slot
-            return False
+            return None
         written = enqueue_slot(coordinator, slot)
         self._done[queue] = slot
         return written

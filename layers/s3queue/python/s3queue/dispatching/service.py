@@ -186,15 +186,15 @@ class _Run:
         self.next_slot_ms: int | None = None
 
     def enqueue_scheduled(self) -> None:
-        """Enqueue the due slots of scheduled queues (schedules.py); a queue that got one is
-        due at once, so its probe sees the message in this step."""
+        """Enqueue the due slots of scheduled queues (schedules.py); a queue with a new slot is
+        due at once (whichever process put the slot in), so this step looks at it."""
         if self.schedules is None:
             return
         due = self.schedules.enqueue_due(slot.coordinator for slot in self.slots)
         self.next_slot_ms = due.next_ms
         now = self.clock.now_ms()
         for slot in self.slots:
-            if slot.queue in due.enqueued:
+            if slot.queue in due.tried:
                 slot.due_ms = min(slot.due_ms, now)
 
     def step_due(self) -> None:
