@@ -99,20 +99,3 @@ def worker_code(*, entry_dir: Path, handlers_dir: Path, platform: Platform) -> l
             shutil.copytree(packages_dir, out, dirs_exist_ok=True, ignore=BYTECODE)
 
     return assembled_code(handlers_dir, hasher.hexdigest(), [entry, handlers, packages])
-
-
-def package_layer_code(package_dir: Path, *, leave_out: Iterable[str]) -> lambda_.Code:
-    """A layer asset ``python/<package>/`` copied from an installed package, its subfolders
-    named in `leave_out` left out."""
-    omitted = set(leave_out)
-    hasher = hashlib.sha256()
-    tree_digest(hasher, package_dir)
-    hasher.update(repr(sorted(omitted)).encode())
-
-    def copy(out: Path) -> None:
-        target = out / "python" / package_dir.name
-        copy_tree(package_dir, target)
-        for name in omitted:
-            shutil.rmtree(target / name, ignore_errors=True)
-
-    return assembled_code(package_dir, hasher.hexdigest(), [copy])

@@ -17,6 +17,7 @@ from s3queue_cdk.coordinator import Coordinator
 from s3queue_cdk.layers import Layers
 from s3queue_cdk.monitoring import Monitoring
 from s3queue_cdk.queues import QueueGroup, enqueue_policy_name, groups_of
+from s3queue_cdk.schedules import check_schedules
 from s3queue_cdk.settings import DeploymentSettings
 from s3queue_cdk.storage import QueueStorage
 from s3queue_cdk.workers import Worker, deployed_settings
@@ -62,6 +63,7 @@ class S3QueueStack(Stack):
         self.settings = settings = settings or DeploymentSettings(stack_name=construct_id)
         self.handlers_dir = Path(handlers_dir or functions_dir / "handlers")
         self.handlers = _handlers(self.handlers_dir)
+        check_schedules(self.handlers, settings.schedule_seconds, settings.ids_retention_days)
         self.storage = self._storage()
         self.layers = Layers(
             self,

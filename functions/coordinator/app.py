@@ -22,6 +22,7 @@ from s3queue.contract.environment import ENV_QUEUES, Environment
 from s3queue.contract.settings import CoordinatorSettings, QueueSettings
 from s3queue.dispatching.coordinator import Coordinator
 from s3queue.dispatching.invoke import LambdaInvoker
+from s3queue.dispatching.schedules import Schedules
 from s3queue.dispatching.service import Gauges, created_key, hot_queues, serve
 from s3queue.dispatching.sizing import Pace
 from s3queue.errors import ConfigError
@@ -61,6 +62,8 @@ class Container:
     """How fast each queue's tickets finish (sizing.py), kept from run to run."""
     stepper: Threads
     """The threads that step the queues due at the same time at once (one per queue)."""
+    schedules: Schedules
+    """The slots of scheduled queues this container enqueued, kept from run to run."""
 
 
 @functools.cache
@@ -77,6 +80,7 @@ def container() -> Container:
         publisher=Threads(CoordinatorSettings().publish_concurrency, "s3queue-publish"),
         paces={queue: Pace() for queue in env.queues.settings},
         stepper=Threads(len(env.queues.settings), "s3queue-queues"),
+        schedules=Schedules(CLOCK),
     )
 
 
@@ -119,6 +123,7 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
         gauges=app.gauges,
         hot=hot_queues(event, app.env.prefix) & app.settings.keys(),
         run_all=app.stepper,
+        schedules=app.schedules,
     )
     summary = result.to_dict()
     logger.info("coordinator run ended", **summary)

@@ -86,6 +86,9 @@ def main() -> None:
     handler = getattr(importlib.import_module(module_name), function_name)
     context = Context(spec["name"], spec["memory"], spec["timeout"])
     result = handler(json.loads(sys.stdin.read()), context)
+    cronsim = sys.modules.get("cronsim")  # a layer dependency (contract/packaging.py)
+    if cronsim is not None and not str(cronsim.__file__).startswith(spec["layer_python"]):
+        raise SystemExit(f"cronsim loaded from {cronsim.__file__}, not the layer asset")
     sys.stdout.flush()
     print(MODULES + json.dumps(module_origins()), flush=True)
     print(RESULT + json.dumps(result, default=str), flush=True)

@@ -16,6 +16,9 @@ LOCAL_TOOLS = "local"
 """The subpackage of ``s3queue`` that never ships in the layer."""
 LAYER_EXCLUDES = ("**/__pycache__", "**/*.pyc", "**/*.egg-info", f"python/s3queue/{LOCAL_TOOLS}")
 """Glob patterns in the CDK asset's syntax (`IgnoreMode.GLOB`); a directory takes its files."""
+LAYER_DEPENDENCIES = ("cronsim",)
+"""Distributions the layer bundles beside ``s3queue`` (pure Python; boto3 comes with the
+runtime): copied at synth from the environment that synthesizes (cdk/s3queue_cdk/layers.py)."""
 
 
 def shipped(relative: str | PurePosixPath) -> bool:

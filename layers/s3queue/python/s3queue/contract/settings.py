@@ -7,10 +7,13 @@ A handler module's ``SETTINGS`` literal overrides a queue's defaults, e.g.::
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields, replace
+from functools import cached_property
 from typing import Any
 
+from s3queue.contract.schedule import Schedule
 from s3queue.errors import ConfigError
 
 DEFAULT_PREFIX = "s3queue"
@@ -55,6 +58,15 @@ class QueueSettings:
     paused: bool = False
     """Dispatch nothing new, as after ``s3queue pause`` (which needs no deployment): a
     deployment's override. Enqueues are accepted; tickets in flight finish."""
+    schedule: str | float | None = None
+    """Enqueue a message at every slot: a cron expression (five fields, UTC) or a number of
+    seconds (contract/schedule.py; dispatching/schedules.py enqueues)."""
+    schedule_body: str = ""
+    """The scheduled message's body as JSON text (the ``SETTINGS`` literal gives any JSON
+    value); empty: ``{"slot": "<slot time>"}``."""
+    schedule_catch_up: float = 86400.0
+    """Seconds after its time that a slot is still enqueued (the latest slot only) when no
+    coordinator ran at its time; an older slot is skipped."""
 
     def __post_init__(self) -> None:
         positive = (
@@ -63,6 +75,7 @@ class QueueSettings:
             "max_in_flight_tickets",
             "backoff_cap",
             "ticket_seconds",
+            "schedule_catch_up",
         )
         for name in positive:
             if getattr(self, name) <= 0:
@@ -84,6 +97,23 @@ class QueueSettings:
                 f"timeout ({self.timeout}s) must be at least visibility_timeout "
                 f"({self.visibility_timeout}s)"
             )
+        self._check_schedule()
+
+    def _check_schedule(self) -> None:
+        if self.schedule is not None:
+            Schedule.parse(self.schedule)
+        elif self.schedule_body:
+            raise ConfigError("schedule_body needs a schedule")
+
+    @cached_property
+    def parsed_schedule(self) -> Schedule | None:
+        """The schedule, parsed once per settings object (a coordinator reads it every step)."""
+        return None if self.schedule is None else Schedule.parse(self.schedule)
+
+    @property
+    def scheduled_body(self) -> Any:
+        """The body of a scheduled message as given (None when the setting was not given)."""
+        return json.loads(self.schedule_body) if self.schedule_body else None
 
     @classmethod
     def from_mapping(cls, values: Mapping[str, Any]) -> QueueSettings:
@@ -94,6 +124,9 @@ class QueueSettings:
             raise ConfigError(f"unknown settings {unknown}; known: {sorted(known)}")
         converted: dict[str, Any] = {}
         for name, value in values.items():
+            if name in SCHEDULE_FIELDS:
+                converted[name] = _schedule_value(name, value)
+                continue
             if known[name].type == "bool":
                 if not isinstance(value, bool):
                     raise ConfigError(f"setting {name} must be true or false, got {value!r}")
@@ -108,16 +141,31 @@ class QueueSettings:
         )
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """The fields as a ``SETTINGS`` literal gives them: ``from_mapping(to_dict())`` is equal."""
+        values = asdict(self)
+        values["schedule_body"] = self.scheduled_body
+        return values
 
     def delta(self) -> dict[str, Any]:
         """The fields that differ from the defaults: ``from_mapping(delta())`` is equal."""
-        default = QueueSettings()
-        return {
-            f.name: v
-            for f in fields(self)
-            if (v := getattr(self, f.name)) != getattr(default, f.name)
-        }
+        default = QueueSettings().to_dict()
+        return {name: v for name, v in self.to_dict().items() if v != default[name]}
+
+
+SCHEDULE_FIELDS = ("schedule", "schedule_body")
+"""Settings that are not numbers: checked by `_schedule_value`."""
+
+
+def _schedule_value(name: str, value: Any) -> Any:
+    """A ``schedule`` as given (checked in ``__post_init__``); a ``schedule_body`` as JSON."""
+    if name == "schedule":
+        return value
+    if value is None:
+        return ""
+    try:
+        return json.dumps(value, sort_keys=True, separators=(",", ":"), allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"schedule_body must be a JSON value, got {value!r}: {exc}") from exc
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,8 @@ Cost and latency:
   are shared (under a lock).
 - Another coordinator leading a queue (two runs started together) is no error: this run asks
   again every ``follow_interval`` and takes over when the leader releases or lapses.
+- A queue with a ``schedule`` has its due slot enqueued before each step (schedules.py), and
+  the run wakes up for the next slot.
 
 A storage error on one queue is logged and retried later while the others go on; one on every
 queue at the start, or a missing bucket or credentials, ends the run with that error.
@@ -39,6 +41,7 @@ from s3queue.common.concurrency import RunAll, settled
 from s3queue.contract import metric_names
 from s3queue.contract.names import queue_of_key
 from s3queue.dispatching.coordinator import Coordinator, TickResult
+from s3queue.dispatching.schedules import Schedules
 from s3queue.errors import AccessDenied, BucketNotFound, StorageError, Throttled
 
 log = logging.getLogger(__name__)
@@ -167,6 +170,7 @@ class _Run:
         on_tick: OnTick | None,
         hot: frozenset[str] = frozenset(),
         run_all: RunAll | None = None,
+        schedules: Schedules | None = None,
     ) -> None:
         self.run_all = run_all
         self._lock = threading.Lock()
@@ -178,6 +182,20 @@ class _Run:
         self.gauges, self.on_tick = gauges, on_tick
         self.result = ServeResult()
         self.last_error: StorageError | None = None
+        self.schedules = schedules
+        self.next_slot_ms: int | None = None
+
+    def enqueue_scheduled(self) -> None:
+        """Enqueue the due slots of scheduled queues (schedules.py); a queue with a new slot is
+        due at once (whichever process put the slot in), so this step looks at it."""
+        if self.schedules is None:
+            return
+        due = self.schedules.enqueue_due(slot.coordinator for slot in self.slots)
+        self.next_slot_ms = due.next_ms
+        now = self.clock.now_ms()
+        for slot in self.slots:
+            if slot.queue in due.tried:
+                slot.due_ms = min(slot.due_ms, now)
 
     def step_due(self) -> None:
         now = self.clock.now_ms()
@@ -279,7 +297,8 @@ class _Run:
         return self.clock.now_ms() - max(since)
 
     def next_due_ms(self) -> int:
-        return min(slot.due_ms for slot in self.slots)
+        due = min(slot.due_ms for slot in self.slots)
+        return due if self.next_slot_ms is None else min(due, self.next_slot_ms)
 
     def release(self) -> None:
         for slot in self.slots:
@@ -314,13 +333,19 @@ def serve(
     on_tick: OnTick | None = None,
     hot: Iterable[str] = (),
     run_all: RunAll | None = None,
+    schedules: Schedules | None = None,
 ) -> ServeResult:
     """Serve every queue until time runs short, `stop` is set, or all are quiet (see module).
     The `hot` queues are known to have work (an S3 event named them): ticked at once, with no
     probe first. `run_all` steps the queues that are due at the same time at once (the
-    coordinator Lambda: threads, one per queue); None: one after another."""
+    coordinator Lambda: threads, one per queue); None: one after another. Scheduled queues
+    get their due slots enqueued before every step (schedules.py) by `schedules`, a new one
+    if None (pass one to remember the slots enqueued from run to run)."""
     s = settings or ServeSettings()
-    run = _Run(coordinators, clock, s, gauges, on_tick, frozenset(hot), run_all)
+    coordinators = list(coordinators)
+    if schedules is None and any(c.settings.schedule is not None for c in coordinators):
+        schedules = Schedules(clock)
+    run = _Run(coordinators, clock, s, gauges, on_tick, frozenset(hot), run_all, schedules)
     if not run.slots:
         run.result.reason = "idle"
         return run.result
@@ -333,6 +358,7 @@ def serve(
             if remaining_ms() <= reserve:
                 run.result.reason = "time"
                 break
+            run.enqueue_scheduled()
             run.step_due()
             error = run.last_error
             # No queue answered at all: fail loudly (alarms see it); a throttled S3 is waited out.

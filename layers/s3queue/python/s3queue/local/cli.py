@@ -26,7 +26,7 @@ from s3queue.errors import (
     QueueNotFound,
     S3QueueError,
 )
-from s3queue.local import commands, dev, flow_commands, messages
+from s3queue.local import commands, dev, flow_commands, messages, schedule_commands
 from s3queue.local.console import UsageError
 from s3queue.local.runtime import LOCAL_COORDINATION
 
@@ -399,6 +399,17 @@ def _flow_commands(add: Add) -> None:
         sub = add(name, command, text)
         sub.add_argument("queue", help=queue_help)
         sub.add_argument("--handlers", default=dev.DEFAULT_HANDLERS, help="handler modules folder")
+    schedules = add(
+        "schedules",
+        schedule_commands.cmd_schedules,
+        "list each scheduled queue's next slots (read from the handler modules; no bucket)",
+    )
+    schedules.add_argument(
+        "--handlers", default=dev.DEFAULT_HANDLERS, help="handler modules folder"
+    )
+    schedules.add_argument(
+        "--next", type=_count, default=3, metavar="N", help="slots per queue (default 3)"
+    )
 
 
 def _runtime_options(parser: argparse.ArgumentParser) -> None:
