@@ -269,9 +269,7 @@ class _Run:
     def _throttled(self, slot: _Slot, now: int) -> None:
         """S3 is over its rate: back off (longer each time, up to the idle ceiling) and tick
         again. The queue has work, so it is not quiet: throttling never ends the run."""
-        s = self.settings
-        slot.backoff = min(s.max_idle_interval, slot.backoff * 2 or s.idle_interval)
-        slot.due_ms = now + ms(slot.backoff)
+        self._back_off(slot, now)
         slot.quiet_since_ms = None
         slot.mode = "tick"
 
@@ -280,11 +278,15 @@ class _Run:
 
         Returns since when the queue has been quiet.
         """
+        self._back_off(slot, now)
+        slot.quiet_since_ms = slot.quiet_since_ms or now
+        return slot.quiet_since_ms
+
+    def _back_off(self, slot: _Slot, now: int) -> None:
+        """Wait longer than last time (double, from `idle_interval`), up to the idle ceiling."""
         s = self.settings
         slot.backoff = min(s.max_idle_interval, slot.backoff * 2 or s.idle_interval)
         slot.due_ms = now + ms(slot.backoff)
-        slot.quiet_since_ms = slot.quiet_since_ms or now
-        return slot.quiet_since_ms
 
     def all_probing(self) -> bool:
         return all(slot.mode == "probe" for slot in self.slots)
