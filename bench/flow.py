@@ -12,7 +12,9 @@ by hand, default settings):
 - ``rate_limit 100``: ``enqueue`` one by one, the queue limited to 100 handler starts a second
   (each ticket's starts taken from the queue's counter by its worker);
 - ``partition caps``: ``enqueue`` one by one into 4 partitions, ``partition_rate_limit`` 25 and
-  ``partition_concurrency`` 20 (a counter per partition; the caps counted by the leader).
+  ``partition_concurrency`` 20 (a counter per partition; the caps counted by the leader);
+- ``schedule``: a queue scheduled every minute, its slots enqueued by the coordinator, each
+  dispatched and run; and what a coordinator step costs when no slot is due (bench/scheduled.py).
 
 A limited queue is drained as fast as its limits allow: the hand-driven coordinator ticks again
 0.1 s after a tick that dispatched nothing while messages were held (`cost.HELD_TICK_S`).
@@ -31,7 +33,7 @@ from typing import Any
 from s3queue.contract.settings import QueueSettings
 from s3queue.producing.producer import Queue
 
-from bench import cost
+from bench import cost, scheduled
 from bench.measure import enqueue_all
 from bench.plan import Plan
 from bench.progress import Progress
@@ -87,6 +89,9 @@ def run(target: Target, plan: Plan, progress: Progress) -> dict[str, Any]:
         messages = plan.cost_packed if packed else plan.cost_single
         progress.update(n / len(MODES), f"{label}: {messages} messages")
         results.append(cost.measure(target, label, messages, fill, settings))
+    slots = max(plan.cost_single // 10, 5)
+    progress.update(len(MODES) / (len(MODES) + 1), f"{scheduled.LABEL}: {slots} slots")
+    results.append(scheduled.measure(target, slots))
     return {
         "params": {
             "modes": [label for label, _, _, _ in MODES],

@@ -332,6 +332,13 @@ def _flow(data: Results) -> list[str]:
         "and the partition caps (partition_rate_limit 25, partition_concurrency 20 over 4 "
         "partitions) against their unlimited twins."
     )
+    idle = [m["idle_step"] for m in data["modes"] if "idle_step" in m]
+    if idle:
+        note += (
+            f" A schedule's slot: enqueued by the coordinator (its column), dispatched, run; a "
+            f"coordinator step with no slot due costs {idle[0]['requests_per_call']:g} requests "
+            f"({idle[0]['calls']} steps)."
+        )
     return [table(headers, rows), note]
 
 

@@ -23,6 +23,7 @@ from s3queue.common.clock import Clock
 from s3queue.common.concurrency import RunAll
 from s3queue.contract.settings import CoordinatorSettings, QueueSettings
 from s3queue.dispatching.coordinator import Coordinator
+from s3queue.dispatching.schedules import Schedules
 from s3queue.dispatching.service import ServeSettings, serve
 from s3queue.errors import S3QueueError
 from s3queue.producing.producer import Queue
@@ -131,6 +132,8 @@ class World:
     run_s: float = 60.0
     restart_s: float = 1.0
     heartbeat_thread: bool = False
+    schedules: Callable[[str, Clock], Schedules] | None = None
+    """Makes a coordinator process's `Schedules` (a scheduled queue: slots.py)."""
 
     def process(self, actor: Actor, role: Role, owner: str) -> tuple[ProcessStorage, SkewedClock]:
         """The storage and clock of one new process of `actor`."""
@@ -173,12 +176,14 @@ def coordinator_schedule(world: World, role: Role) -> Callable[[Actor], None]:
                 run_all=_shuffled(actor),
             )
             run_ends = Deadline(clock, round(world.run_s * 1000))
+            schedules = world.schedules(owner, clock) if world.schedules else None
             try:
                 serve(
                     [coordinator],
                     remaining_ms=run_ends.remaining,
                     clock=clock,
                     settings=world.serving,
+                    schedules=schedules,
                 )
             except Crash:
                 pass

@@ -32,13 +32,18 @@ Invariants (the ``invariant`` name of a `Violation`):
     foreign_version         a version of a foreign key put again ran twice, or its last never ran
     partition_rate_limit    a second saw more handler starts of one partition than its limit
     partition_concurrency   a partition had more messages in live tickets than its cap
+    slot_twice              a scheduled slot's handler ran twice with no lease expiry (slots.py)
+    slot_missing            a slot due by a coordinator's clock not enqueued, or enqueued, not run
+    slot_catch_up           a try enqueued a slot other than its latest, or one older than catch-up
+    slot_early              a slot enqueued before its time, beyond the run's clock bound
+    slot_attribute          a scheduled message's schedule-slot attribute or body is not its slot
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from chaos import fifo, flow, reruns
+from chaos import fifo, flow, reruns, slots
 from chaos import timeline as tl
 from chaos.history import Entry, FinalState
 from chaos.report import Expect, Redelivery, Report, Violation
@@ -63,6 +68,7 @@ def check(entries: list[Entry], final: FinalState, expect: Expect) -> Report:
     flow.check_rate(entries, expect.rate_limit, expect.skew_ms, report)
     flow.check_partition_rate(entries, expect.partition_rate_limit, expect.skew_ms, report)
     flow.check_partition_concurrency(entries, expect.partition_concurrency, report)
+    slots.check(entries, t, expect, report)
     for e in t.wrong_partitions:
         report.add("partition", str(e["id"]), f"sent to {e['sent']!r}, ran as {e['got']!r}")
     _count(t, final, report)

@@ -36,6 +36,10 @@ SERVING = ServeSettings(
     reserve=5,
 )
 MIX = workload.Mix()
+SCHEDULE = {"schedule": 5, "schedule_catch_up": 3}
+"""A slot every 5 s, enqueued up to 3 s late (so a process that comes back later skips it)."""
+REAL_SCHEDULE = {"schedule": 2, "schedule_catch_up": 1.5}
+"""The same on the wall clock."""
 NO_HAZARDS = Hazards()
 SEAMS_MIX = workload.Mix(
     dedup=0.2,
@@ -100,6 +104,7 @@ def real_time(config: Config) -> Config:
         run_s=20.0,
         spread_s=3.0,
         pause_s=(0.3, 1.0),
+        schedule=REAL_SCHEDULE if config.schedule else {},
         max_s=240.0,
     )
 
@@ -142,6 +147,9 @@ class Config:
     """Times an operator pauses the queue while the producer runs (flow.py)."""
     pause_s: tuple[float, float] = (2.0, 12.0)
     """How long each pause lasts, drawn uniformly."""
+    schedule: Mapping[str, Any] = field(default_factory=dict)
+    """The queue's schedule as a handler's ``SETTINGS`` declares it (``SCHEDULE``; none if
+    empty): the coordinators enqueue its slots while the producer runs (slots.py)."""
 
     def with_(self, **changes: Any) -> Config:
         return replace(self, **changes)

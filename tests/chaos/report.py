@@ -30,6 +30,10 @@ class Expect:
     """Handler starts allowed per second of one partition (0: none)."""
     partition_concurrency: int = 0
     """Messages of one partition allowed in live tickets at once (0: no cap)."""
+    schedule_ms: int = 0
+    """The queue's schedule, every so many ms (0: none; slots.py)."""
+    schedule_catch_up_ms: int = 0
+    """How old a slot may be when it is enqueued (``schedule_catch_up``)."""
 
 
 @dataclass(frozen=True)

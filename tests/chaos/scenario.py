@@ -25,7 +25,7 @@ from s3queue.storage.base import Storage
 from s3queue.storage.s3 import S3Storage
 from s3queue.working import apply
 
-from chaos import actors, checker, flow, workload
+from chaos import actors, checker, flow, slots, workload
 from chaos.cluster import Cluster
 from chaos.configs import NO_HAZARDS, Config
 from chaos.faults import FaultLog, FaultPlan, S3Faults, StorageFaults
@@ -98,12 +98,13 @@ def _spawn(
         history=history,
         clock=clock,
         storage_for=storage_for,
-        settings=config.settings,
+        settings=slots.scheduled(config.settings, config.schedule),
         coordination=config.coordination,
         serving=config.serving,
         invocations=actors.Invocations(history, config.invoke_duplicate, config.invoke_lose),
         run_s=config.run_s,
         heartbeat_thread=config.heartbeat_thread,
+        schedules=slots.schedules_for(history) if config.schedule else None,
     )
     expected = workload.Expected()
     specs = workload.plan(config.messages, config.mix, config.settings, config.seed)
@@ -141,7 +142,8 @@ def _unacknowledged(history: History, expected: workload.Expected) -> None:
 
 
 def expectation(config: Config, expected: workload.Expected, *, drained: bool) -> checker.Expect:
-    s = config.settings
+    s = slots.scheduled(config.settings, config.schedule)
+    every = s.parsed_schedule.interval_ms if s.parsed_schedule is not None else 0
     return checker.Expect(
         max_retries=s.max_retries,
         visibility_ms=round(s.visibility_timeout * 1000),
@@ -157,6 +159,8 @@ def expectation(config: Config, expected: workload.Expected, *, drained: bool) -
         rate_limit=s.rate_limit,
         partition_rate_limit=s.partition_rate_limit,
         partition_concurrency=s.partition_concurrency,
+        schedule_ms=every,
+        schedule_catch_up_ms=round(s.schedule_catch_up * 1000),
     )
 
 

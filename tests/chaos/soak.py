@@ -24,7 +24,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # for `chaos.*`
 
-from chaos.configs import PRODUCER_HAZARDS, SEAMS_MIX, SETTINGS, Config, real_time
+from chaos.configs import PRODUCER_HAZARDS, SCHEDULE, SEAMS_MIX, SETTINGS, Config, real_time
 from chaos.history import Entry
 from chaos.process import Drift, Hazards
 from chaos.scenario import Result, run_cluster, run_sim
@@ -45,7 +45,12 @@ EVERYTHING: dict[str, Any] = {
 }
 PROFILES: dict[str, dict[str, Any]] = {
     "quiet": {},
-    "everything": {**EVERYTHING, "mix": SEAMS_MIX, "producer_hazards": PRODUCER_HAZARDS},
+    "everything": {
+        **EVERYTHING,
+        "mix": SEAMS_MIX,
+        "producer_hazards": PRODUCER_HAZARDS,
+        "schedule": SCHEDULE,
+    },
     "clocks": {
         # every fault of `everything`, and clocks that drift and step within the bounds
         # (docs/guarantees.md: a leader within 1.5 s of S3's time: 0.5 s of offset, 0.5 s steps,
@@ -55,6 +60,7 @@ PROFILES: dict[str, dict[str, Any]] = {
         "drift": Drift(ppm=100, step_rate=0.0005, step_ms=500),
         "apply_step": 3,
         "settings": replace(SETTINGS, batch_size=20),
+        "schedule": SCHEDULE,
     },
     "clocks-beyond": {
         # the same with clocks 20 s apart, drifting 2 %, stepping by up to 10 minutes: the
@@ -64,6 +70,7 @@ PROFILES: dict[str, dict[str, Any]] = {
         "drift": Drift(ppm=20_000, step_rate=0.0005, step_ms=600_000),
         "apply_step": 3,
         "settings": replace(SETTINGS, batch_size=20),
+        "schedule": SCHEDULE,
     },
     "stale-listing": {
         # opt-in: an S3-compatible store whose LIST omits keys written in the last 2 s
@@ -82,6 +89,7 @@ PROFILES: dict[str, dict[str, Any]] = {
         "worker_hazards": Hazards(crash_rate=0.005),
         "coordinator_hazards": Hazards(crash_rate=0.002),
         "skew_ms": 800,
+        "schedule": SCHEDULE,  # every 2 s on the wall clock (configs.REAL_SCHEDULE)
     },
 }
 """Fault mixes. ``everything`` is for the simulation (storage-level faults, freezes of up to a

@@ -18,8 +18,16 @@ pytestmark = pytest.mark.chaos
 ROOT = "s3queue/chaos/"
 VIS = 30_000
 EXPECT = Expect(
-    max_retries=1, visibility_ms=VIS, backoff_base=1.0, backoff_cap=10.0, poison=frozenset({"p"})
+    max_retries=1,
+    visibility_ms=VIS,
+    backoff_base=1.0,
+    backoff_cap=10.0,
+    poison=frozenset({"p"}),
+    schedule_ms=10_000,
+    schedule_catch_up_ms=4_000,
 )
+SLOT = "schedule-19700101T000050Z"
+"""The slot at 50 s of a schedule every 10 s (`scheduled`)."""
 
 
 def key(message_id: str) -> str:
@@ -227,6 +235,67 @@ def test_fifo_exempts_only_an_ambiguous_order_and_a_reaped_run() -> None:
     assert check(s.entries, final(), EXPECT).invariants() == {"fifo"}
 
 
+def try_slot(s: Story, process: str, now: int, result: str, *, enqueues: str = "") -> Story:
+    """One try of a coordinator process's latest slot (slots.Watched), its clock at `now`."""
+    s.add("slot_check", process, now=now)
+    if enqueues:
+        s.add("enqueue", process, message_id=enqueues, key=key(SLOT))
+    return s.add("slot_result", process, now=now, result=result)
+
+
+def run_slot(s: Story, n: int, worker: str, slot: str = "1970-01-01T00:00:50Z") -> Story:
+    s.dispatch(n, SLOT).claim(n, worker).run(worker, SLOT, 1)
+    s.add("exec", worker, id=SLOT, attempt=1, slot=slot, body_slot=slot)
+    return s.commit(n, worker, (SLOT, "done"))
+
+
+def scheduled() -> Story:
+    """good(), then the slot at 50 s: c1 puts it, c2 finds it put; w1 runs it once; c1 then
+    finds it tried already, and c3, back at 54.5 s (more than 4 s late), skips it."""
+    s = good().at(50_100).add("explicit_id", "c1.1", id=SLOT)
+    try_slot(s, "c1.1", 50_100, "put", enqueues=SLOT)
+    try_slot(s, "c2.1", 50_300, "found", enqueues=SLOT)
+    run_slot(s.at(50_400), 20, "w1")
+    try_slot(s, "c1.1", 50_600, "none")
+    return try_slot(s.at(54_500), "c3.1", 54_500, "none")
+
+
+def test_a_scheduled_history_passes() -> None:
+    report = check(scheduled().entries, final(), EXPECT)
+    assert report.ok, report.summary()
+
+
+def test_a_duplicated_slot_and_a_missing_slot_are_flagged() -> None:
+    # WHEN the slot runs again, in another ticket, with no lease expiry THEN slot_twice
+    twice = run_slot(scheduled(), 21, "w2")
+    assert "slot_twice" in check(twice.entries, final(), EXPECT).invariants()
+    # WHEN c3 finds the slot due (its clock 0.5 s past it) and enqueues nothing THEN slot_missing
+    missing = try_slot(scheduled(), "c3.2", 50_500, "none")
+    flagged = check(missing.entries, final(), EXPECT)
+    assert [v.invariant for v in flagged.violations] == ["slot_missing"], flagged.summary()
+    # ... and also after a try of its own that failed on an S3 error
+    retried = try_slot(scheduled(), "c3.2", 50_500, "error")
+    assert check(retried.entries, final(), EXPECT).ok
+    assert (
+        "slot_missing"
+        in check(try_slot(retried, "c3.2", 51_000, "none").entries, final(), EXPECT).invariants()
+    )
+    # WHEN a slot put by a try never ran THEN slot_missing (besides lost)
+    unrun = try_slot(good().at(60_100), "c1.1", 60_100, "put")
+    assert "slot_missing" in check(unrun.entries, final(), EXPECT).invariants()
+
+
+def test_a_slot_put_twice_that_ran_once_is_one_message() -> None:
+    """c2's PUT of the slot's message was held up until the slot ran and its message was
+    deleted: it puts the message again, and a worker retires that stale copy unrun (``skip``:
+    its marker is done). Two puts, one run: no violation (the chaos run found this case)."""
+    s = scheduled()
+    try_slot(s.at(70_000), "c2.1", 50_300, "put", enqueues=SLOT)
+    s.dispatch(22, SLOT).claim(22, "w1").commit(22, "w1", (SLOT, "skip"))
+    report = check(s.entries, final(), EXPECT)
+    assert report.ok, report.summary()
+
+
 Mutation = Callable[[], tuple[Story, FinalState]]
 
 
@@ -301,6 +370,21 @@ CASES: dict[str, Mutation] = {
         good().add("wrong_partition", "w1", id="m", sent="p1", got=None),
         final(),
     ),
+    "slot_twice": lambda: (run_slot(scheduled(), 21, "w2"), final()),
+    "slot_missing": lambda: (try_slot(scheduled(), "c3.2", 50_500, "none"), final()),
+    "slot_catch_up": lambda: (
+        # c3, 4.5 s late, enqueues the slot all the same; c4 enqueues the slot before its latest
+        try_slot(
+            try_slot(scheduled(), "c3.2", 54_500, "put"), "c4.1", 60_100, "put", enqueues=SLOT
+        ),
+        final(),
+    ),
+    "slot_early": lambda: (
+        # c4's clock is 1 s ahead: it enqueues the slot at 49 s of the reference clock
+        try_slot(Story().at(49_000), "c4.1", 50_000, "put", enqueues=SLOT),
+        FinalState(),
+    ),
+    "slot_attribute": lambda: (run_slot(good(), 20, "w1", slot="1970-01-01T00:00:51Z"), final()),
 }
 
 

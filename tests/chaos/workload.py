@@ -41,6 +41,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from s3queue.contract.settings import QueueSettings
+from s3queue.dispatching.schedules import SLOT_ATTRIBUTE
 from s3queue.errors import PermanentError, S3QueueError
 from s3queue.message import Message
 from s3queue.operations import admin
@@ -397,6 +398,7 @@ def handler(
             n=body.get("n"),
             kind=kind,
             group=message.group,
+            **_slot(message, body),
         )
         if body is not raw and body.get("p") != message.partition:
             history.record(
@@ -416,6 +418,13 @@ def handler(
             raise RuntimeError(f"{kind} {body.get('n')} at attempt {message.attempt}")
 
     return handle
+
+
+def _slot(message: Message, body: dict[str, Any]) -> dict[str, Any]:
+    """A scheduled message's slot as its attribute and its body give it (slots.py)."""
+    if SLOT_ATTRIBUTE not in message.attributes:
+        return {}
+    return {"slot": message.attributes[SLOT_ATTRIBUTE], "body_slot": body.get("slot")}
 
 
 def _decoded(body: Any) -> dict[str, Any] | None:
