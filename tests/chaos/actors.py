@@ -131,6 +131,8 @@ class World:
     run_s: float = 60.0
     restart_s: float = 1.0
     heartbeat_thread: bool = False
+    shards: tuple[int, ...] = (1,)
+    """The producer's ``shards``, one per process life in turn: a crash changes the layout."""
 
     def process(self, actor: Actor, role: Role, owner: str) -> tuple[ProcessStorage, SkewedClock]:
         """The storage and clock of one new process of `actor`."""
@@ -330,6 +332,7 @@ def _producer_process(
         clock=clock,
         max_message_bytes=world.settings.max_message_bytes,
         listener=world.history.listener(role.name),
+        shards=world.shards[(life - 1) % len(world.shards)],
     )
     queue.writer.order = order
     sender = workload.Producer(queue, world.history, expected, actor.rng)

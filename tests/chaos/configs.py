@@ -142,6 +142,9 @@ class Config:
     """Times an operator pauses the queue while the producer runs (flow.py)."""
     pause_s: tuple[float, float] = (2.0, 12.0)
     """How long each pause lasts, drawn uniformly."""
+    shards: tuple[int, ...] = (1,)
+    """The producer's ``shards`` (protocol/shards.py), one per process life in turn: with
+    producer crashes, the layout changes while the queue runs."""
 
     def with_(self, **changes: Any) -> Config:
         return replace(self, **changes)

@@ -104,6 +104,7 @@ def _spawn(
         invocations=actors.Invocations(history, config.invoke_duplicate, config.invoke_lose),
         run_s=config.run_s,
         heartbeat_thread=config.heartbeat_thread,
+        shards=config.shards,
     )
     expected = workload.Expected()
     specs = workload.plan(config.messages, config.mix, config.settings, config.seed)
