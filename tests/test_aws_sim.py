@@ -492,8 +492,6 @@ def test_adaptive_producers_slow_down_instead_of_hammering_a_throttled_prefix() 
 def test_after_the_split_each_shard_of_a_queue_is_a_partition_of_its_own() -> None:
     """`simshards.split_points`: S3's ranges once it has split a sharded queue's load. Each
     shard's keys (time-ordered tails) fall in a range of their own, apart from the tickets."""
-X
-
     kernel, s3 = _s3(presplit=simshards.split_points("q00", 4))
     keys = QueueKeys("s3queue", "q00")
     tails = [keys.sharded(k).msg + "9999999999999-Z" for k in range(4)]
