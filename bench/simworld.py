@@ -102,6 +102,8 @@ class WorldConfig:
     adaptive_producers: bool = True
     """Producers enqueue through one client per queue (one service process) that paces itself
     as botocore's adaptive retry mode does: `Queue`'s own client (`make_client`)."""
+    shards: int = 1
+    """The producers' ``Queue(shards=)``: ungrouped messages spread over sibling folders."""
 
 
 class World:
@@ -260,7 +262,8 @@ class World:
     def _producer(
         self, queue: str, n: int, actors: int, rate: float, pack: int, window: tuple[float, float]
     ) -> Callable[[], None]:
-        q = Queue(queue, storage=self._producer_storage(queue), clock=self.clock, prefix=PREFIX)
+        storage, shards = self._producer_storage(queue), self.config.shards
+        q = Queue(queue, storage=storage, clock=self.clock, prefix=PREFIX, shards=shards)
         kernel = self.kernel
 
         def body() -> None:

@@ -17,13 +17,14 @@ from s3queue.contract.settings import QueueSettings
 from s3queue.dispatching.invoke import LambdaInvoker
 from s3queue.errors import StorageError, Throttled
 from s3queue.producing.producer import Queue
+from s3queue.protocol.keys import QueueKeys
 from s3queue.storage import MemoryStorage
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root: bench/
 
 from s3queue.storage.base import iter_keys
 
-from bench import simgroup
+from bench import simgroup, simshards
 from bench.measure import percentile
 from bench.simaws import AWS, LambdaModel, Latency, S3Model
 from bench.simgroup import Load
@@ -486,3 +487,14 @@ def test_adaptive_producers_slow_down_instead_of_hammering_a_throttled_prefix() 
         assert written + failed == 2000
     assert paced[1] < standard[1] / 2
     assert paced[0] >= standard[0]
+
+
+def test_after_the_split_each_shard_of_a_queue_is_a_partition_of_its_own() -> None:
+    """`simshards.split_points`: S3's ranges once it has split a sharded queue's load. Each
+    shard's keys (time-ordered tails) fall in a range of their own, apart from the tickets."""
+    kernel, s3 = _s3(presplit=simshards.split_points("q00", 4))
+    keys = QueueKeys("s3queue", "q00")
+    tails = [keys.sharded(k).msg + "9999999999999-Z" for k in range(4)]
+    ranges = {id(s3.partitions.of(key)) for key in [*tails, keys.ticket(1, 1), keys.lease]}
+    assert len(ranges) == 4 + 2
+    kernel.stop()

@@ -134,6 +134,8 @@ class World:
     heartbeat_thread: bool = False
     schedules: Callable[[str, Clock], Schedules] | None = None
     """Makes a coordinator process's `Schedules` (a scheduled queue: slots.py)."""
+    shards: tuple[int, ...] = (1,)
+    """The producer's ``shards``, one per process life in turn: a crash changes the layout."""
 
     def process(self, actor: Actor, role: Role, owner: str) -> tuple[ProcessStorage, SkewedClock]:
         """The storage and clock of one new process of `actor`."""
@@ -335,6 +337,7 @@ def _producer_process(
         clock=clock,
         max_message_bytes=world.settings.max_message_bytes,
         listener=world.history.listener(role.name),
+        shards=world.shards[(life - 1) % len(world.shards)],
     )
     queue.writer.order = order
     sender = workload.Producer(queue, world.history, expected, actor.rng)

@@ -150,6 +150,9 @@ class Config:
     schedule: Mapping[str, Any] = field(default_factory=dict)
     """The queue's schedule as a handler's ``SETTINGS`` declares it (``SCHEDULE``; none if
     empty): the coordinators enqueue its slots while the producer runs (slots.py)."""
+    shards: tuple[int, ...] = (1,)
+    """The producer's ``shards`` (protocol/shards.py), one per process life in turn: with
+    producer crashes, the layout changes while the queue runs."""
 
     def with_(self, **changes: Any) -> Config:
         return replace(self, **changes)

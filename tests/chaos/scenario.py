@@ -105,6 +105,7 @@ def _spawn(
         run_s=config.run_s,
         heartbeat_thread=config.heartbeat_thread,
         schedules=slots.schedules_for(history) if config.schedule else None,
+        shards=config.shards,
     )
     expected = workload.Expected()
     specs = workload.plan(config.messages, config.mix, config.settings, config.seed)

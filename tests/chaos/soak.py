@@ -51,6 +51,14 @@ PROFILES: dict[str, dict[str, Any]] = {
         "producer_hazards": PRODUCER_HAZARDS,
         "schedule": SCHEDULE,
     },
+    "shards": {
+        # `everything`, with ungrouped messages spread over shards; a producer crash changes
+        # their number (4, then 1, 8, 2, ...) while the queue runs
+        **EVERYTHING,
+        "mix": SEAMS_MIX,
+        "producer_hazards": PRODUCER_HAZARDS,
+        "shards": (4, 1, 8, 2),
+    },
     "clocks": {
         # every fault of `everything`, and clocks that drift and step within the bounds
         # (docs/guarantees.md: a leader within 1.5 s of S3's time: 0.5 s of offset, 0.5 s steps,

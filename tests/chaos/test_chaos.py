@@ -126,6 +126,14 @@ FAMILIES: dict[str, dict[str, Any]] = {
         "worker_hazards": WORKER_CRASHES,
         "faults": {"error_before": 0.02, "error_after": 0.01, "lost_response": 0.02},
     },
+    "sharded": {
+        # ungrouped messages over 4 shards, then 1, 3 after a producer crash (protocol/shards.py)
+        "shards": (4, 1, 3),
+        "mix": SEAMS_MIX,
+        "producer_hazards": PRODUCER_HAZARDS,
+        "worker_hazards": WORKER_CRASHES,
+        "faults": {"lost_response": 0.02, "error_before": 0.01},
+    },
 }
 SEEDS = (1, 2, 3)
 KNOWN: dict[tuple[str, int], str] = {}
@@ -229,6 +237,17 @@ def test_the_seams_family_takes_its_steps() -> None:
     assert len(ran_files) >= 2, f"files {files}, of which ran {ran_files}"
     ran = {e["id"] for e in result.history.of("exec")}
     assert ran & {e["id"] for e in result.history.of("redrive")}, "no redriven message ran"
+
+
+def test_the_sharded_family_changes_its_layout_while_it_runs() -> None:
+    """Guards the sharded family: enqueues went to shard folders and to the folder of before
+    (a producer crashed and came back with another ``shards``), and shard messages ran."""
+    result = family_run("sharded", 1)
+    assert "crash_p" in result.faults, result.faults
+    keys = [str(e.get("key")) for e in result.history.of("enqueue")]
+    sharded = {k for k in keys if "~s" in k}
+    assert sharded and len(sharded) < len(keys)
+    assert len({k.split("/parts/")[-1].split("/")[0] for k in sharded}) >= 3
 
 
 def test_a_seed_replays_exactly() -> None:

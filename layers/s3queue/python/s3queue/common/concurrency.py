@@ -63,6 +63,21 @@ def settled(run_all: RunAll, jobs: list[Callable[[], Any]]) -> list[Any]:
     return results
 
 
+def attempted(run_all: RunAll, jobs: list[Callable[[], Any]]) -> tuple[list[Any], Exception | None]:
+    """`settled`, but what the jobs that returned gave (in order) and the first exception one
+    raised, for a caller that must undo what succeeded when one failed."""
+
+    def attempt(job: Callable[[], Any]) -> Any:
+        try:
+            return job()
+        except Exception as exc:  # noqa: BLE001 - returned below, once all returned
+            return _Raised(exc)
+
+    results = run_all([partial(attempt, job) for job in jobs])
+    errors = [r.error for r in results if isinstance(r, _Raised)]
+    return [r for r in results if not isinstance(r, _Raised)], errors[0] if errors else None
+
+
 class _Raised:
     __slots__ = ("error",)
 

@@ -19,12 +19,12 @@ from __future__ import annotations
 
 import uuid
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from functools import partial
 
 from s3queue.common.clock import Clock, SystemClock, ms
-from s3queue.common.concurrency import RunAll, Threads, settled
+from s3queue.common.concurrency import RunAll, Threads, attempted, settled
 from s3queue.common.events import Emitter, Listener
 from s3queue.contract.settings import CoordinatorSettings, QueueSettings
 from s3queue.dispatching import scan, sizing
@@ -35,6 +35,7 @@ from s3queue.dispatching.limits import Budgets, Limits
 from s3queue.dispatching.probe import probe
 from s3queue.dispatching.publishing import Publisher
 from s3queue.dispatching.reconcile import Invoker, Known, Reconciler
+from s3queue.dispatching.shares import folder_shares
 from s3queue.dispatching.view import (
     LiveRef,
     Memory,
@@ -45,7 +46,6 @@ from s3queue.dispatching.view import (
     dispatchable,
     interleaved,
     oldest_ready,
-    prioritized_shares,
     queued,
 )
 from s3queue.protocol.keys import QueueKeys, check_queue_name, is_folder_name, split_lane
@@ -213,9 +213,15 @@ class Coordinator:
         parts: list[Part] = []
         want = capacity * sizing.most(self.settings, self.pace, queued)
         try:
-            for partition in self._round(inbox):
-                found = inbox.get(partition, [])
-                parts.append(self._read(partition, now, want, in_flight, live, found))
+            # Every folder (partition, lane, shard) at once: each is its own cursor's LIST.
+            reads: list[Callable[[], Part]] = [
+                partial(self._read, folder, now, want, in_flight, live, inbox.get(folder, []))
+                for folder in self._round(inbox)
+            ]
+            read, failed = attempted(self.run_all, reads)
+            parts += read
+            if failed is not None:
+                raise failed
             budgets = self._budgets(now, live)
             self._plan(parts, now, capacity, in_flight, queued, budgets)
             dispatched = self._publish_parts(parts, now)
@@ -348,8 +354,8 @@ class Coordinator:
             ).run(part.candidates)
 
         wanted = [plan(part, capacity) for part in parts]
-        priorities = [split_lane(part.partition)[1] for part in parts]
-        shares = prioritized_shares([len(w.batches) for w in wanted], priorities, capacity)
+        folders = [part.partition for part in parts]
+        shares = folder_shares([len(w.batches) for w in wanted], folders, capacity)
         for part, want, share in zip(parts, wanted, shares, strict=True):
             if budgets is not None:  # what the limits leave, to each in turn (highest first)
                 part.plan = plan(part, share)

@@ -29,6 +29,7 @@ from s3queue.producing.arguments import lane_of
 from s3queue.protocol.attributes import check_attributes
 from s3queue.protocol.keys import MsgKey, QueueKeys, check_message_id, new_id
 from s3queue.protocol.records import Record, record_for
+from s3queue.protocol.shards import Spread
 from s3queue.protocol.writer import Writer
 
 PACK_BYTES = 4 * 1024 * 1024
@@ -139,12 +140,17 @@ def _record(
     return record
 
 
-def send(writer: Writer, keys: QueueKeys, writes: list[_Write], now: int) -> None:
-    """Put `writes` in order; `EnqueueIncomplete` at the first that fails (module docstring)."""
+def send(
+    writer: Writer, keys: QueueKeys, writes: list[_Write], now: int, spread: Spread | None = None
+) -> None:
+    """Put `writes` in order, each in a shard of its folder (`spread`); `EnqueueIncomplete` at
+    the first that fails (module docstring)."""
     states: dict[str, State] = {}
     base = keys
     for index, write in enumerate(writes):
         keys = base.partitioned(write.partition)
+        if spread is not None:
+            keys = keys.sharded(spread.pick(write.records[0].group))
         try:
             if write.single:
                 writer.put_one(keys, write.records[0], write.key, write.data, now)

@@ -234,9 +234,10 @@ class GroupCommit:
 
     def _put(self, chunk: list[_Entry]) -> None:
         """One PUT If-None-Match of a packed object; its members learn how it went."""
-        queue, writer, keys = self.queue, self.queue.writer, chunk[0].keys
+        queue, writer = self.queue, self.queue.writer
         records = [entry.record for entry in chunk]
         group, delay_ms = records[0].group, chunk[0].delay_ms
+        keys = chunk[0].keys.sharded(queue.spread.pick(group))  # one shard per object
         now = key_time(queue.clock)  # the close: after every member's enqueue started
         object_id = records[0].id if len(records) == 1 else new_id(now)
         if group is not None:

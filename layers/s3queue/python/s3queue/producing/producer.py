@@ -38,6 +38,7 @@ from s3queue.protocol.keys import (
 )
 from s3queue.protocol.payload import INLINE_BYTES, source_size
 from s3queue.protocol.records import Payload, Record, record_for
+from s3queue.protocol.shards import Spread
 from s3queue.protocol.writer import Writer
 from s3queue.storage.base import Storage
 from s3queue.storage.servertime import server_time
@@ -68,7 +69,9 @@ class Queue:
         clock: Clock | None = None,
         max_message_bytes: int = 10 * 1024 * 1024,
         listener: Listener | None = None,
+        shards: int = 1,
     ) -> None:
+        spread = Spread(shards)  # InvalidArgument before any client is made
         if storage is None:
             if not bucket:
                 raise InvalidArgument("Queue needs bucket= (or storage=)")
@@ -85,6 +88,9 @@ class Queue:
         self.max_message_bytes = max_message_bytes
         self.emit = Emitter(name, listener)
         self._tickets: admin.TicketCache = {}
+        self.spread = spread
+        """Which shard each ungrouped message goes to (``shards``: `s3queue.protocol.shards`);
+        every producer of a queue should say the same, though any mix loses nothing."""
         self.writer = Writer(
             storage,
             self.keys,
@@ -121,6 +127,7 @@ class Queue:
         keys, delay_ms, attrs = check_message(
             self.keys, id, delay, group, partition, attributes, priority
         )
+        keys = keys.sharded(self.spread.pick(group))
         return self._enqueue_body(keys, body, id, delay_ms, group, attrs)
 
     def enqueue_file(
@@ -251,7 +258,7 @@ class Queue:
             partition=partition,
             priority=priority,
         )
-        batch.send(self.writer, self.keys, writes, now)
+        batch.send(self.writer, self.keys, writes, now, self.spread)
         return ids
 
     def batching(self, *, window: float = 0.05, max_messages: int = 1000) -> GroupCommit:

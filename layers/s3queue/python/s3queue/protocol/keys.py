@@ -30,6 +30,10 @@ partition), and a plain PUT says it the same way (``inbox/~N/<name>``,
 one folder (cursor, planner, copies, tombstones) works on a lane unchanged. `QueueKeys.partition`
 is the folder's name (a lane's included); `QueueKeys.tenant` and `partition_of` the partition.
 
+A *shard* is a sibling folder too: a queue of ``shards=N`` spreads each folder's ungrouped
+messages over it and ``<folder>~s1`` .. ``<folder>~s<N-1>`` (``parts/~s1/`` for the default
+partition), so that S3 can split the writes of one queue over N key ranges (shards.py).
+
 ``inbox/`` < ``msg/`` < ``parts/`` < ``tickets/`` sort together after everything else, so one
 LIST starting after the ``ids/`` markers sees all live work (the idle probe). A message key's
 attributes:
@@ -53,6 +57,7 @@ from dataclasses import dataclass
 from s3queue.common.clock import Clock, SystemClock
 from s3queue.errors import InvalidArgument
 from s3queue.errors import InvalidName as InvalidName  # noqa: PLC0414 - re-exported from its old home
+from s3queue.protocol.shards import shard_folder, split_shard
 
 QUEUE_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
 MESSAGE_ID = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
@@ -103,7 +108,8 @@ def lane_name(partition: str | None, priority: int) -> str | None:
 
 
 def split_lane(name: str | None) -> tuple[str | None, int]:
-    """(partition, priority) of a folder name (`lane_name` undone)."""
+    """(partition, priority) of a folder name (`lane_name` undone; a shard's too, shards.py)."""
+    name = split_shard(name)[0]
     match = LANE.fullmatch(name) if name is not None else None
     if match is None:
         return name, 0
@@ -111,7 +117,10 @@ def split_lane(name: str | None) -> tuple[str | None, int]:
 
 
 def is_folder_name(name: str) -> bool:
-    """A partition's or a priority lane's folder name."""
+    """A partition's or a priority lane's folder name, or a shard of one (shards.py)."""
+    base, shard = split_shard(name)
+    if shard:
+        return base is None or (split_shard(base)[1] == 0 and is_folder_name(base))
     return bool(PARTITION.fullmatch(name) or LANE.fullmatch(name))
 
 
@@ -299,6 +308,10 @@ class QueueKeys:
     @property
     def priority(self) -> int:
         return split_lane(self.partition)[1]
+
+    def sharded(self, shard: int) -> QueueKeys:
+        """These keys in `shard` of the same folder (shards.py; 0: the folder itself)."""
+        return self.partitioned(shard_folder(split_shard(self.partition)[0], shard))
 
     def prioritized(self, priority: int) -> QueueKeys:
         """These keys in the lane of `priority` of the same partition."""

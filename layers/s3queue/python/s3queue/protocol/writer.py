@@ -91,7 +91,7 @@ class Writer:
         id's first one is there)."""
         written = True
         if record.dedup:
-            key, written = self.put_once(keys, record, key, data)
+            keys, key, written = self.put_once(keys, record, key, data)
         else:
             self.create(keys.msg_key(key), data)
         if record.group is not None:
@@ -145,9 +145,9 @@ class Writer:
 
     def put_once(
         self, keys: QueueKeys, record: Record, key: MsgKey, data: tuple[bytes, str]
-    ) -> tuple[MsgKey, bool]:
+    ) -> tuple[QueueKeys, MsgKey, bool]:
         """Marker first (If-None-Match), then the message: a retried enqueue finds the marker.
-        Whether `data` is what went in.
+        The folder and key of the id's message, and whether `data` is what went in.
 
         A marker marked done means the message was handled: nothing to do. Otherwise the first
         call may have died between the two PUTs, so the message is put at the marker's key
@@ -162,11 +162,14 @@ class Writer:
         except Conflict:
             found = markers.read(self.storage, self.keys, record.id)
             if found is not None and found.marker.final:  # handled, or cancelled: the id is used up
-                return key, False
+                return keys, key, False
             full = (found.marker.key if found else None) or full
-            key = keys.parse_msg(full) or key
+            owner = self.keys.owning(full)  # the first enqueue's folder: its shard may differ
+            parsed = owner.parse_msg(full)
+            if parsed is not None:
+                keys, key = owner, parsed
         try:
             self.create(full, data)
         except Conflict:  # the first enqueue's message is there
-            return key, False
-        return key, True
+            return keys, key, False
+        return keys, key, True

@@ -1,0 +1,128 @@
+"""One queue past one S3 partition: single enqueues offered to a sharded queue, in a fresh
+bucket (one S3 partition: S3 has not split anything yet) and once S3 has split the queue's
+key ranges (`S3Model.presplit` at every shard folder): ``python -m bench.simshards --help``.
+
+Issue 22, item 2: at least 10,000 single-message enqueues a second delivered (handler starts)
+by one queue after the split, at $6 or less per million messages; and what happens before.
+Each figure is the median over seeds, with its minimum and maximum.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from dataclasses import replace
+from typing import Any
+
+from s3queue.contract.settings import QueueSettings
+from s3queue.protocol.keys import QueueKeys
+
+from bench import aws_sim, simmeasure
+from bench.plan import DEFAULT
+from bench.simaws import AWS, Model
+from bench.simworld import PREFIX, World, WorldConfig
+
+SETTINGS = "concurrency=64,max_batch_size=1000"
+"""The worker function's reserved concurrency raised to 64 (tickets in flight), tickets grown
+under a backlog as usual: the defaults deliver about 800 a second whatever S3 does."""
+
+
+def split_points(queue: str, shards: int) -> tuple[str, ...]:
+    """Where S3 has split the bucket once each shard's tail has carried its load for a while:
+    a range per shard folder, and one for the queue's own objects (tickets, lease)."""
+    keys = QueueKeys(PREFIX, queue)
+    folders = [keys.sharded(k).msg for k in range(shards)]
+    return (*folders, keys.tickets, keys.lease)
+
+
+def one(
+    shards: int, offered: float, seconds: float, warmup: float, *, split: bool, seed: int
+) -> dict[str, Any]:
+    """`offered` single enqueues a second for `seconds` (virtual); starts after `warmup`."""
+    model: Model = replace(AWS, cpu_scale=DEFAULT.aws_sim_cpu_scale)
+    if split:
+        model = replace(model, s3=replace(model.s3, presplit=split_points("q00", shards)))
+    settings: QueueSettings = aws_sim.settings_from(SETTINGS)
+    world = World(WorldConfig(settings=settings, shards=shards, seed=seed), model)
+    world.produce(calls_per_s=offered, pack=1, start_s=0, end_s=seconds)
+    try:
+        world.run_until(warmup)
+        before = simmeasure.snapshot(world)
+        world.run_until(seconds)
+        spent = simmeasure.window(before, simmeasure.snapshot(world))
+        started = len(world.tracker.starts_ms)
+        slowdowns: dict[str, int] = {}
+        for (role, _), n in world.s3.meter.slowdowns.items():
+            slowdowns[role] = slowdowns.get(role, 0) + n
+        return {
+            "handler_starts_per_s": simmeasure.rate(world, warmup, seconds),
+            "enqueued_per_s": round(world.enqueued / seconds, 1),
+            "enqueue_failures": world.enqueue_failures,
+            "slowdowns_503": sum(slowdowns.values()),
+            "slowdowns_503_by_role": slowdowns,
+            "usd_per_million": simmeasure.dollars(world, started, model.prices)["usd_per_million"][
+                "total"
+            ],
+            "requests_per_message": simmeasure.requests(world, started)["per_message"],
+            "splits_during_run": len(world.s3.partitions.splits),
+            "where_time_goes": simmeasure.where_time_goes(world, spent, warmup, seconds),
+            "errors": world.kernel.errors[:3],
+        }
+    finally:
+        world.stop()
+
+
+def runs(
+    shards: int, offered: float, seconds: float, warmup: float, seeds: list[int]
+) -> dict[str, Any]:
+    """Before and after the split, each over `seeds`: median, min and max of each figure."""
+    out: dict[str, Any] = {
+        "shards": shards,
+        "offered_per_s": offered,
+        "seconds": seconds,
+        "starts_counted_from_s": warmup,
+        "settings": SETTINGS,
+        "seeds": seeds,
+    }
+    for name, split in (("before_split", False), ("after_split", True)):
+        each = [one(shards, offered, seconds, warmup, split=split, seed=s) for s in seeds]
+        row: dict[str, Any] = {
+            key: _spread([r[key] for r in each])
+            for key in (
+                "handler_starts_per_s",
+                "enqueued_per_s",
+                "enqueue_failures",
+                "slowdowns_503",
+                "usd_per_million",
+            )
+        }
+        row["requests_per_message"] = each[0]["requests_per_message"]
+        row["where_time_goes"] = each[0]["where_time_goes"]
+        row["errors"] = [e for r in each for e in r["errors"]][:3]
+        out[name] = row
+    return out
+
+
+def _spread(values: list[float]) -> dict[str, float]:
+    return {"median": statistics.median(values), "min": min(values), "max": max(values)}
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench.simshards", description=__doc__)
+    parser.add_argument("--shards", type=int, default=8)
+    parser.add_argument("--offered", type=float, default=12_000.0, help="enqueues a second")
+    parser.add_argument("--seconds", type=float, default=14.0, help="virtual s offered")
+    parser.add_argument("--warmup", type=float, default=6.0, help="starts counted from")
+    parser.add_argument("--seeds", default="1,2,3", help="the world's seeds, one run each")
+    args = parser.parse_args(argv)
+    seeds = [int(s) for s in args.seeds.split(",")]
+    json.dump(
+        runs(args.shards, args.offered, args.seconds, args.warmup, seeds), sys.stdout, indent=1
+    )
+    print()
+
+
+if __name__ == "__main__":
+    main()
