@@ -175,6 +175,12 @@ def _aws_sim(data: Results) -> list[Row]:
     return simreport.headline(data)
 
 
+def _hiding(data: Results) -> list[Row]:
+    from bench import hidingreport  # noqa: PLC0415 - hidingreport builds on Row
+
+    return hidingreport.headline(data)
+
+
 BUILDERS: list[tuple[str, Callable[[Results], list[Row]]]] = [
     ("cost", _cost),
     ("idle", _idle),
@@ -183,4 +189,5 @@ BUILDERS: list[tuple[str, Callable[[Results], list[Row]]]] = [
     ("latency", _latency),
     ("coldstart", _coldstart),
     ("aws_sim", _aws_sim),
+    ("hiding", _hiding),
 ]

@@ -46,6 +46,16 @@ class Plan:
     pool_threads: int = 4
     failover_rounds: int = 3
     idle_worker_seconds: float = 30.0
+    # hiding (the local runtime under AWS-like round trips, through bench.delay's proxy)
+    hiding_messages: int = 2_000
+    hiding_packed: int = 10_000
+    hiding_pack: int = 100
+    """Messages per `enqueue_many` of the packed drains."""
+    hiding_workers: int = 16
+    hiding_rounds: int = 3
+    """Pairs (no delay, AWS-like) per figure, run side by side: the spread of the ratios."""
+    hiding_pool_messages: int = 1_000
+    hiding_threads: int = 4
     # fairness (a small partition beside a big one's backlog)
     fairness_backlog: int = 5_000
     fairness_small: int = 40
@@ -119,6 +129,10 @@ QUICK = replace(
     idle_worker_seconds=10.0,
     fairness_backlog=1_000,
     fairness_small=20,
+    hiding_messages=600,
+    hiding_packed=3_000,
+    hiding_rounds=2,
+    hiding_pool_messages=400,
     payload_bytes=64 * 1024 * 1024,
     aws_sim_queues=(1,),
     aws_sim_seconds=10.0,
@@ -148,6 +162,11 @@ SMOKE = replace(
     import_runs=1,
     fairness_backlog=100,
     fairness_small=5,
+    hiding_messages=20,
+    hiding_packed=200,
+    hiding_workers=4,
+    hiding_rounds=1,
+    hiding_pool_messages=20,
     payload_bytes=12 * 1024 * 1024,
     aws_sim_queues=(1, 2),
     aws_sim_single_offered=100.0,

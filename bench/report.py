@@ -7,7 +7,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from bench import headline, plots, simreport
+from bench import headline, hidingreport, plots, simreport
 
 Results = dict[str, Any]
 
@@ -354,5 +354,9 @@ SECTIONS: list[tuple[str, Callable[[Results], list[str]]]] = [
     ("payload", _payload),
     ("aws_sim", simreport.section),
     ("flow", _flow),
+    ("hiding", hidingreport.section),
 ]
-TITLES = {"aws_sim": "AWS simulation (virtual time; see docs/performance.md)"}
+TITLES = {
+    "aws_sim": "AWS simulation (virtual time; see docs/performance.md)",
+    "hiding": "Under AWS-like round trips (bench/delay.py's proxy)",
+}

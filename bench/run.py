@@ -31,6 +31,7 @@ from bench import (
     cost,
     fairness,
     flow,
+    hiding,
     idle,
     latency,
     payload,
@@ -58,6 +59,7 @@ SCENARIOS: dict[str, Scenario] = {
     "payload": payload.run,
     "aws_sim": aws_sim.run,
     "flow": flow.run,
+    "hiding": hiding.run,
 }
 WEIGHTS = {
     "throughput": 50,
@@ -71,6 +73,7 @@ WEIGHTS = {
     "payload": 20,
     "aws_sim": 60,
     "flow": 25,
+    "hiding": 150,
 }
 """Rough seconds each scenario takes at default sizes: the progress bar's proportions."""
 

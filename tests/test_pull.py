@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from harness import CountingStorage, Harness, Recorder
 from s3queue.contract.settings import QueueSettings
-from s3queue.working.pull import Puller
+from s3queue.working.pull import TRUST_MS, Puller
 
 
 def test_a_puller_finds_pending_tickets_and_a_worker_claims_them() -> None:
@@ -94,3 +94,60 @@ def test_an_offer_not_taken_is_offered_again_at_once_and_a_refused_one_later() -
     assert [p["ticket"] for p in puller.poll(1)] == [payload["ticket"]]
     h.clock.advance(2)  # a ticket nobody claimed (fenced, or its seal pending) comes back
     assert [p["ticket"] for p in puller.poll(1)] == [payload["ticket"]]
+
+
+def test_a_ticket_this_process_works_is_never_read_by_its_own_polls() -> None:
+    # GIVEN a ticket this process's pool is working (its ETag changes with each write)
+    h = Harness(settings=QueueSettings(batch_size=1))
+    h.queue.enqueue("x")
+    h.tick()
+    [payload] = h.invocations
+    counted = CountingStorage(h.storage)
+    puller = Puller(counted, h.queue.keys)  # type: ignore[arg-type]
+    polls: list[tuple[int, dict[str, int]]] = []
+
+    def handler(message: object) -> None:
+        polls.append((len(puller.poll(5, busy={payload["ticket"]})), counted.reset()))
+
+    # WHEN the puller polls while the claim is held
+    assert h.worker.process(payload, handler).status == "committed"
+    # THEN the poll listed, read nothing and took nothing
+    assert polls == [(0, {"LIST": 1})]
+
+
+def test_a_learnt_ticket_is_taken_without_a_request_while_trusted() -> None:
+    # GIVEN two tickets the coordinator published while no thread of this process was free
+    h = Harness(settings=QueueSettings(batch_size=1))
+    h.queue.enqueue("a")
+    h.queue.enqueue("b")
+    h.tick()
+    first, second = h.invocations
+    counted = CountingStorage(h.storage)
+    puller = Puller(counted, h.queue.keys, h.clock)  # type: ignore[arg-type]
+    puller.learn(first)
+    puller.learn(second)
+    # WHEN a thread frees up at once, and another after the trust has passed
+    assert [p["ticket"] for p in puller.take(1)] == [first["ticket"]]
+    assert not puller.stale()
+    h.clock.advance(TRUST_MS / 1000)
+    # THEN the first costs no request; the second is not taken unconfirmed, a LIST confirms
+    # it with no GET, and a worker claims it
+    assert counted.reset() == {}
+    assert puller.take(1) == [] and puller.stale()
+    assert [p["ticket"] for p in puller.poll(1)] == [second["ticket"]]
+    assert counted.reset() == {"LIST": 1}
+    assert h.worker.process(second, Recorder()).status == "committed"
+
+
+def test_a_learnt_ticket_claimed_elsewhere_is_dropped_by_the_next_list() -> None:
+    h = Harness(settings=QueueSettings(batch_size=1))
+    h.queue.enqueue("a")
+    h.tick()
+    [payload] = h.invocations
+    puller = Puller(h.storage, h.queue.keys, h.clock)
+    puller.learn(payload)
+    # WHEN another process claims and finishes it before this one's next LIST
+    assert h.new_worker("w2").process(payload, Recorder()).status == "committed"
+    h.clock.advance(TRUST_MS / 1000)
+    # THEN the LIST drops it: nothing is offered
+    assert puller.poll(1) == [] and not puller.stale()

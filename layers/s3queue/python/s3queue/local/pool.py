@@ -34,6 +34,8 @@ class WorkerPool:
         """Set whenever a thread finishes a payload: time to pull more work."""
         self.lock = threading.Lock()
         self.busy = 0
+        self._working: set[str] = set()
+        """Ticket keys handed to a thread and not finished yet."""
         self.errors = 0
         """Payloads whose processing raised (logged; the lease protocol redelivers them)."""
         self.replaced = 0
@@ -50,6 +52,8 @@ class WorkerPool:
 
     def invoke(self, payload: Payload) -> None:
         """Hand a payload to the next free thread (the local ``lambda:Invoke``)."""
+        with self.lock:
+            self._working.add(str(payload.get("ticket")))
         self.payloads.put(payload)
 
     def offer(self, payload: Payload) -> bool:
@@ -62,8 +66,14 @@ class WorkerPool:
         with self.lock:
             if self.busy + self.payloads.qsize() >= len(self.threads):
                 return False
+            self._working.add(str(payload.get("ticket")))
             self.payloads.put(payload)
             return True
+
+    def working(self) -> frozenset[str]:
+        """The tickets handed to threads and not finished: this process needs no news of them."""
+        with self.lock:
+            return frozenset(self._working)
 
     def free(self) -> int:
         """Threads that could start a payload now."""
@@ -117,4 +127,5 @@ class WorkerPool:
             finally:
                 with self.lock:
                     self.busy -= 1
+                    self._working.discard(str(payload.get("ticket")))
                 self.freed.set()

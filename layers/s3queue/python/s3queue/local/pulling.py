@@ -2,16 +2,25 @@
 
 Every runtime runs it, leader or not, so any number of processes on any hosts share one queue's
 work (see `s3queue.working.pull`).
-It polls only while a thread is free, at once when one frees up, and
-backs off to `PULL_IDLE` seconds while it finds nothing: an idle runtime costs one LIST per
-queue per `PULL_IDLE` (12 a minute per queue with the default 5 s).
+It polls only while a thread is free, at once when one frees up after a poll that found work,
+and backs off to `PULL_IDLE` seconds while it finds nothing (a thread freed meanwhile waits for
+the next poll due, not sooner: the leader's coordinator offers its own threads new tickets
+directly): an idle runtime costs one LIST per queue per `PULL_IDLE` (12 a minute per queue with
+the default 5 s).
+
+What the runtime knows is not asked of S3: a ticket its coordinator published while no thread
+was free is `hold`-en here and handed to the next free thread without a LIST or a GET
+(`Puller.learn`), and the tickets its threads are working are never read by its own polls.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Mapping
+from queue import Empty, SimpleQueue
+from typing import Any
 
 from s3queue.errors import StorageError
 from s3queue.local.pool import WorkerPool
@@ -46,14 +55,55 @@ class PullLoop:
         }
         self.pool, self.stop, self.idle = pool, stop, idle
         self._turn = 0
+        self._held: SimpleQueue[dict[str, Any]] = SimpleQueue()
+
+    def hold(self, payload: dict[str, Any]) -> None:
+        """A ticket this runtime's coordinator published and no thread was free to take: the
+        next free thread takes it from here (any thread may call this)."""
+        self._held.put(payload)
+        self.pool.freed.set()
 
     def run(self) -> None:
-        delay = PULL_BUSY
+        delay, due, deadline = PULL_BUSY, 0.0, 0.0
         while not self.stop.is_set():
-            found = self.poll_once()
-            delay = PULL_BUSY if found else min(max(delay, PULL_BUSY) * 2, self.idle)
-            self.pool.freed.wait(delay if self.pool.free() else self.idle)
-            self.pool.freed.clear()
+            self.pool.freed.clear()  # before looking: a thread freed from now on wakes the wait
+            self.hand_out()
+            now = time.monotonic()
+            stale = any(puller.stale() for puller in self.pullers.values())
+            if (now >= due or stale) and self.pool.free():
+                found = self.poll_once()
+                delay = PULL_BUSY if found else min(max(delay, PULL_BUSY) * 2, self.idle)
+                # After work found, a freed thread polls at once; after none, at the deadline.
+                due, deadline = (now if found else now + delay), now + delay
+            wait = max(deadline - now, 0.0) if self.pool.free() else self.idle
+            self.pool.freed.wait(wait)
+
+    def hand_out(self) -> int:
+        """Give free threads the tickets known to be pending (held, or seen by a poll)."""
+        while True:
+            try:
+                payload = self._held.get_nowait()
+            except Empty:
+                break
+            puller = self.pullers.get(str(payload.get("queue")))
+            if puller is not None:
+                puller.learn(payload)
+        taken = 0
+        for name, puller in self.pullers.items():
+            free = self.pool.free()
+            if free <= 0:
+                break
+            taken += self._offer(name, puller.take(free))
+        return taken
+
+    def _offer(self, name: str, payloads: list[dict[str, Any]]) -> int:
+        taken = 0
+        for payload in payloads:
+            if self.pool.offer(payload):
+                taken += 1
+            else:  # a thread was taken meanwhile: it stays for the next poll
+                self.pullers[name].forget(payload)
+        return taken
 
     def poll_once(self) -> int:
         """One poll of each queue, starting with a different one each time; payloads taken."""
@@ -65,13 +115,9 @@ class PullLoop:
             if free <= 0 or self.stop.is_set():
                 break
             try:
-                payloads = self.pullers[name].poll(free)
+                payloads = self.pullers[name].poll(free, self.pool.working())
             except StorageError as exc:  # S3 trouble: the next poll tries again
                 log.warning("queue %s: pulling tickets failed: %s", name, exc)
                 continue
-            for payload in payloads:
-                if self.pool.offer(payload):
-                    taken += 1
-                else:  # a thread was taken meanwhile: it stays for the next poll
-                    self.pullers[name].forget(payload)
+            taken += self._offer(name, payloads)
         return taken

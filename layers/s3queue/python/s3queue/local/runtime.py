@@ -151,8 +151,10 @@ class _Runtime:
         self.puller = threading.Thread(target=self.pulling.run, name="s3queue-pull", daemon=True)
 
     def _offer(self, payload: dict[str, Any]) -> None:
-        # Not taken (no thread free): it stays pending, for a pull loop here or elsewhere.
-        self.pool.offer(payload)
+        # Not taken (no thread free): it stays pending, for a pull loop elsewhere, or for this
+        # one's next free thread, which takes it from memory (no LIST, no GET).
+        if not self.pool.offer(payload):
+            self.pulling.hold(payload)
 
     def _on_event(self, event: Event) -> None:
         self.tally(event)

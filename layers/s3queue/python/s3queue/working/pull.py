@@ -17,6 +17,15 @@ last poll. A ticket's ETag changes only when it is written (claim, heartbeat, co
 known ticket, pending or claimed, costs nothing between polls. The caller paces the polls (and
 backs off when they find nothing).
 
+What the puller's own process knows costs nothing. A ticket this process is working (`poll`'s
+`busy`) is neither read nor offered, however often its ETag changes (claim, heartbeats,
+commit): it is gone once applied, and read again only if it is still there afterwards. A ticket
+its own coordinator published and could not hand to a free thread is `learn`t from that
+payload, no GET. `take` hands out, without any request, the pending tickets known to be pending
+for less than `TRUST_MS` (learnt, or seen unchanged by the last LIST): past that, another
+process may have claimed them, and only a poll's LIST that still shows them unchanged renews
+them (`stale` says when one is due).
+
 A ticket offered but not claimed (another won it, or it is fenced, or its epoch's seal is
 pending) is not offered again by the same puller while its ETag is unchanged, for `RETRY_MS`:
 a fenced ticket waits for the leader to drop it, and polling it in a loop would only spin.
@@ -24,6 +33,7 @@ a fenced ticket waits for the leader to drop it, and polling it in a loop would 
 
 from __future__ import annotations
 
+from collections.abc import Callable, Collection
 from typing import Any
 
 from s3queue.common.clock import Clock, SystemClock
@@ -34,6 +44,8 @@ from s3queue.storage.base import Storage
 
 RETRY_MS = 2_000
 """How long a puller leaves a pending ticket it offered alone, while it stays unchanged."""
+TRUST_MS = 1_000
+"""How long `take` trusts a ticket to be still pending since it was learnt or last listed."""
 
 
 class Puller:
@@ -48,15 +60,46 @@ class Puller:
         """Ticket key -> the ETag it had when it was not claimable (claimed, committed, bad)."""
         self._pending: dict[str, tuple[str | None, dict[str, Any]]] = {}
         """Ticket key -> (its partition, its payload) while its ETag is the payload's."""
+        self._known: dict[str, int] = {}
+        """Pending ticket key -> when it was last known pending (learnt, or listed unchanged)."""
         self._served: str | None = None
         self._turns = False
 
-    def poll(self, limit: int) -> list[dict[str, Any]]:
-        """Up to `limit` payloads of pending tickets (as the coordinator would invoke with)."""
+    def learn(self, payload: dict[str, Any]) -> None:
+        """A pending ticket's payload as its publisher has it (this process's coordinator, which
+        found no free thread for it): pulled without a GET, by `take` at once."""
+        key, doc = str(payload["ticket"]), payload.get("doc")
+        if not doc or not payload.get("etag"):
+            return  # a large ticket's reference: the next poll reads it
+        try:
+            ticket = Ticket.decode(doc)
+        except MalformedMessage:
+            return
+        partition = self.keys.partition_of(ticket.refs[0].key) if ticket.refs else None
+        self._pending[key] = (partition, payload)
+        self._known[key] = self.clock.now_ms()
+
+    def take(self, limit: int) -> list[dict[str, Any]]:
+        """Up to `limit` payloads known to be pending within `TRUST_MS`, no request."""
+        now = self.clock.now_ms()
+        return self._hand_out(limit, now, lambda key: now - self._known.get(key, 0) < TRUST_MS)
+
+    def stale(self) -> bool:
+        """Whether a pending ticket waits that only a LIST can tell is still pending."""
+        now = self.clock.now_ms()
+        return any(
+            now - self._known.get(key, 0) >= TRUST_MS
+            for key in self._pending
+            if key not in self._offered
+        )
+
+    def poll(self, limit: int, busy: Collection[str] = ()) -> list[dict[str, Any]]:
+        """Up to `limit` payloads of pending tickets (as the coordinator would invoke with);
+        the tickets in `busy` (this process works them) are left alone."""
         if limit <= 0:
             return []
         page = self.storage.list(self.keys.tickets)
-        listed = {entry.key: entry.etag for entry in page.entries}
+        listed = {entry.key: entry.etag for entry in page.entries if entry.key not in busy}
         self._seen = {k: v for k, v in self._seen.items() if listed.get(k) == v}
         self._pending = {
             k: found for k, found in self._pending.items() if listed.get(k) == found[1]["etag"]
@@ -72,7 +115,13 @@ class Puller:
                 continue
             if self.keys.parse_ticket(key) is not None:
                 self._read(key)
-        taken = self._in_turn(limit)
+        self._known = dict.fromkeys(self._pending, now)
+        return self._hand_out(limit, now)
+
+    def _hand_out(
+        self, limit: int, now: int, usable: Callable[[str], bool] | None = None
+    ) -> list[dict[str, Any]]:
+        taken = self._in_turn(limit, usable) if limit > 0 else []
         for payload in taken:
             self._offered[payload["ticket"]] = (payload["etag"], now)
         return taken
@@ -81,11 +130,13 @@ class Puller:
         """`payload` was not taken after all (no free thread): offer it again at the next poll."""
         self._offered.pop(str(payload["ticket"]), None)
 
-    def _in_turn(self, limit: int) -> list[dict[str, Any]]:
+    def _in_turn(
+        self, limit: int, usable: Callable[[str], bool] | None = None
+    ) -> list[dict[str, Any]]:
         """`limit` pending payloads, one partition at a time, after the last one served."""
         queues: dict[str | None, list[dict[str, Any]]] = {}
         for key in sorted(self._pending):
-            if key in self._offered:
+            if key in self._offered or (usable is not None and not usable(key)):
                 continue
             partition, payload = self._pending[key]
             queues.setdefault(partition, []).append(payload)

@@ -1,0 +1,224 @@
+"""Hiding: the local runtime with AWS-like round trips to S3 (issue 22, items 4 and 5).
+
+Every drain goes through the delaying proxy (`bench.delay`), with AWS-like delays (30 ms a
+write, 20 ms a GET, 50 ms a LIST) or none, in turn (A, B, A, B...), so both sides pay the
+proxy's own cost and see the same machine; the ratio of each pair is the share of its rate the
+runtime keeps once S3 is as far away as on AWS. Requests are counted at the proxy.
+
+- **Drains**: `hiding_workers` (16) worker threads of one `run_local` drain `hiding_messages`
+  single enqueues, and `hiding_packed` messages enqueued `hiding_pack` at a time
+  (`enqueue_many`), with a handler that does nothing. The producers write directly to the
+  server, before the runtime starts. Also reported: the runtime process's CPU (user + system,
+  `time.process_time`) per message and per S3 call over the drain.
+- **Processes**: under AWS-like delays, one ``s3queue dev --drain`` alone, then one with two
+  ``s3queue worker --drain`` beside it (`hiding_threads` threads each), drain
+  `hiding_pool_messages` single enqueues with a handler that does nothing: messages per
+  second from the start of the processes to the last one's exit (imports included), requests
+  per message (the drain checks of ``--drain`` included), and the children's CPU.
+"""
+
+from __future__ import annotations
+
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from s3queue.local.seaweed import ANY_CREDENTIALS
+from s3queue.producing.producer import Queue
+from s3queue.storage.clients import make_client
+from s3queue.storage.s3 import S3Storage
+
+from bench.delay import AWS_LIKE, NO_DELAY, DelayProxy, Delays
+from bench.local import LocalRun, Tracker, noop
+from bench.measure import enqueue_all, load, per_message
+from bench.plan import Plan
+from bench.pool import _env
+from bench.progress import Progress
+from bench.target import Space, Target
+
+QUEUE = "hiding"
+HANDLER = "SETTINGS = {}\n\n\ndef handle(message):\n    pass\n"
+Report = Callable[[float, str], None]
+
+
+def run(target: Target, plan: Plan, progress: Progress) -> dict[str, Any]:
+    if not target.embedded:
+        return {"skipped": "needs the embedded server: the delays model AWS's own round trips"}
+    steps = 4 * plan.hiding_rounds + 2 * plan.hiding_rounds
+    done = [0]
+
+    def step(detail: str) -> None:
+        progress.update(done[0] / steps, detail)
+        done[0] += 1
+
+    drains = {kind: _pairs(target, plan, kind, step) for kind in ("single", "packed")}
+    processes = _processes(target, plan, step)
+    progress.update(1.0)
+    return {
+        "params": {
+            "delays": AWS_LIKE.describe(),
+            "workers": plan.hiding_workers,
+            "rounds": plan.hiding_rounds,
+            "single": plan.hiding_messages,
+            "packed": f"{plan.hiding_packed} messages, enqueue_many({plan.hiding_pack})",
+            "handler": "does nothing",
+            "baseline": "the same proxy with no delay (both sides pay its CPU)",
+        },
+        "drains": drains,
+        "processes": processes,
+    }
+
+
+def _spread(values: list[float]) -> dict[str, float]:
+    return {
+        "median": round(statistics.median(values), 3),
+        "min": round(min(values), 3),
+        "max": round(max(values), 3),
+    }
+
+
+def _pairs(target: Target, plan: Plan, kind: str, step: Callable[[str], None]) -> dict[str, Any]:
+    """`hiding_rounds` pairs of drains, without and with delays, side by side."""
+    runs: list[dict[str, Any]] = []
+    for round_ in range(plan.hiding_rounds):
+        for name, delays in (("none", NO_DELAY), ("aws", AWS_LIKE)):
+            step(f"{kind} drain {round_ + 1}/{plan.hiding_rounds}, delays {name}")
+            runs.append({"delays": name, **drain(target, plan, kind, delays)})
+    ratios = [
+        after["messages_per_s"] / before["messages_per_s"]
+        for before, after in zip(runs[::2], runs[1::2], strict=True)
+    ]
+    return {
+        "runs": runs,
+        "ratio": _spread(ratios),
+        "ratios": [round(r, 3) for r in ratios],
+        "cpu_ms_per_message": {
+            name: _spread([r["cpu_ms_per_message"] for r in runs if r["delays"] == name])
+            for name in ("none", "aws")
+        },
+    }
+
+
+def drain(target: Target, plan: Plan, kind: str, delays: Delays) -> dict[str, Any]:
+    """Enqueue (directly), then drain through the proxy with `delays`; rate, requests, CPU."""
+    space = target.space(f"hiding-{kind}")
+    producer = Queue(QUEUE, storage=S3Storage(target.client(), space.bucket), prefix=space.prefix)
+    messages = plan.hiding_messages if kind == "single" else plan.hiding_packed
+    if kind == "single":
+        enqueue_all(producer, messages)
+    else:
+        for start in range(0, messages, plan.hiding_pack):
+            producer.enqueue_many([{"n": n} for n in range(start, start + plan.hiding_pack)])
+    with DelayProxy(target.endpoint_url, delays) as proxy:
+        return _drain_through(proxy, space, plan, messages)
+
+
+def _drain_through(proxy: DelayProxy, space: Space, plan: Plan, messages: int) -> dict[str, Any]:
+    workers = plan.hiding_workers
+    client = make_client(proxy.url, credentials=ANY_CREDENTIALS, max_pool_connections=64 + workers)
+    tracker = Tracker()
+    tracker.expect(messages)
+    storage = S3Storage(client, space.bucket)
+    run = LocalRun(storage, QUEUE, noop, prefix=space.prefix, workers=workers, listener=tracker)
+    proxy.counts(reset=True)
+    cpu = time.process_time()
+    with run.running():
+        complete = tracker.wait(timeout=60 + messages / 5)
+        seconds = time.monotonic() - run.started
+        cpu = time.process_time() - cpu
+        counts = proxy.counts()
+    if not complete:
+        raise RuntimeError(f"hiding: {tracker.finished}/{messages} handled before the timeout")
+    calls = sum(counts.values())
+    return {
+        "messages": messages,
+        "seconds": round(seconds, 2),
+        "messages_per_s": round(messages / seconds, 1),
+        "tickets": len(tracker.applied),
+        "requests": counts,
+        "per_message": per_message(counts, messages),
+        "cpu_seconds": round(cpu, 2),
+        "cpu_ms_per_message": round(cpu * 1000 / messages, 3),
+        "cpu_ms_per_call": round(cpu * 1000 / max(calls, 1), 3),
+        "load": load(),
+    }
+
+
+def _processes(target: Target, plan: Plan, step: Callable[[str], None]) -> dict[str, Any]:
+    """1 ``dev`` against 1 ``dev`` + 2 ``worker``, under AWS-like delays, side by side."""
+    runs: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory() as folder:
+        handlers = Path(folder) / "handlers"
+        handlers.mkdir()
+        (handlers / f"{QUEUE}.py").write_text(HANDLER)
+        for round_ in range(plan.hiding_rounds):
+            for count in (1, 3):
+                step(f"{count} process(es) under delays, {round_ + 1}/{plan.hiding_rounds}")
+                runs.append(_pool_drain(target, plan, handlers, count))
+    ratios = [
+        three["messages_per_s"] / one["messages_per_s"]
+        for one, three in zip(runs[::2], runs[1::2], strict=True)
+    ]
+    return {
+        "runs": runs,
+        "ratio_three_to_one": _spread(ratios),
+        "ratios": [round(r, 3) for r in ratios],
+        "requests_per_message": {
+            str(n): _spread([r["per_message"]["total"] for r in runs if r["processes"] == n])
+            for n in (1, 3)
+        },
+    }
+
+
+def _pool_drain(target: Target, plan: Plan, handlers: Path, processes: int) -> dict[str, Any]:
+    space = target.space(f"hiding-pool{processes}")
+    producer = Queue(QUEUE, storage=S3Storage(target.client(), space.bucket), prefix=space.prefix)
+    messages = plan.hiding_pool_messages
+    enqueue_all(producer, messages)
+    threads = plan.hiding_threads
+    with DelayProxy(target.endpoint_url, AWS_LIKE) as proxy:
+        proxy.counts(reset=True)
+        children = resource.getrusage(resource.RUSAGE_CHILDREN)
+        started = time.monotonic()
+        procs = [_spawn(target, proxy.url, space, handlers, threads, "dev")]
+        procs += [
+            _spawn(target, proxy.url, space, handlers, threads, "worker")
+            for _ in range(processes - 1)
+        ]
+        codes = [p.wait() for p in procs]
+        elapsed = time.monotonic() - started
+        counts = proxy.counts()
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - children.ru_utime) + (after.ru_stime - children.ru_stime)
+    if any(codes):
+        print(f"hiding: exit codes {codes}", file=sys.stderr)
+    return {
+        "processes": processes,
+        "threads_each": threads,
+        "messages": messages,
+        "seconds": round(elapsed, 2),
+        "messages_per_s": round(messages / elapsed, 1),
+        "requests": counts,
+        "per_message": per_message(counts, messages),
+        "cpu_ms_per_message": round(cpu * 1000 / messages, 3),
+        "exit_codes": codes,
+        "load": load(),
+    }
+
+
+def _spawn(
+    target: Target, url: str, space: Space, handlers: Path, threads: int, role: str
+) -> subprocess.Popen[bytes]:
+    """``s3queue <role> --drain`` on `space` through the proxy at `url`."""
+    command = [sys.executable, "-m", "s3queue.local.cli", "--endpoint-url", url]
+    command += ["--bucket", space.bucket, "--prefix", space.prefix, role, "--drain"]
+    command += ["--handlers", str(handlers), "--workers", str(threads)]
+    return subprocess.Popen(
+        command, env=_env(target), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
