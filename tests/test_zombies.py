@@ -15,6 +15,7 @@ from typing import Any
 from harness import Harness, Recorder
 from s3queue.common.clock import FakeClock
 from s3queue.errors import StorageError
+from s3queue.protocol import markers
 from s3queue.protocol.lease import PENDING, LeaseDoc, read_lease
 from s3queue.storage import MemoryStorage
 
@@ -135,3 +136,61 @@ def test_doubts_and_own_holes_survive_encoding_and_seals() -> None:
     assert again.accepts(3, 1) is False  # our own hole
     assert again.accepts(3, 4) is False  # our own doubt
     assert again.accepts(3, 2) is True
+
+
+def test_purge_while_the_queue_runs_spares_what_keeps_it_safe() -> None:
+    """Purge during a run (issue 19): a message a live ticket holds finishes once, a consumed
+    copy's tombstone stays, a handled id stays handled and a purged id can be sent again."""
+    h = Harness()
+    handler = Recorder()
+    h.queue.enqueue("done-once", id="handled")
+    h.drain(handler)
+    h.queue.enqueue("in-flight")
+    assert h.tick().dispatched == 1  # its ticket is live, no worker has it yet
+    h.queue.enqueue("waiting", id="purged-id", delay=60)
+    tombstone = h.queue.keys.msg + "0000000000000-TOMB~o1-0"
+    h.storage.put(tombstone, b"")
+    # WHEN the queue is purged
+    assert h.queue.purge() == 1  # the delayed one; the ticket's message is left to finish
+    # THEN the tombstone is still there, the live ticket's message runs once
+    assert tombstone in h.keys("msg/", tombstones=True)
+    h.work(handler)
+    # AND a handled id stays handled, a purged one goes in again and runs once
+    h.queue.enqueue("done-once", id="handled")
+    h.queue.enqueue("waiting", id="purged-id")
+    h.drain(handler)
+    assert sorted(handler.bodies()) == ["done-once", "in-flight", "waiting"]
+
+
+def test_a_zombie_start_of_a_released_message_does_not_strand_its_marker() -> None:
+    """Found by the chaos suite's zombie fault (everything, seed 1): a worker's CAS of an
+    explicit id's marker to "started" timed out, so it released the message unrun; the CAS
+    landed later, between the apply's read of the marker and its move to the release copy. The
+    move's Conflict was taken for "an earlier apply moved it", the marker kept naming the
+    deleted record, and the copy was skipped as "handled elsewhere": the message was lost."""
+    clock = FakeClock()
+    inner = MemoryStorage(clock)
+    keys = Harness(storage=inner, clock=clock).queue.keys
+    source, copy = keys.msg + "1-a", keys.msg + "2-a~o1-0"
+    markers.create(inner, keys, "order-1", source)
+    found = markers.read(inner, keys, "order-1")
+    assert found is not None
+
+    class ZombieFirst:
+        """Lands the worker's late "started" CAS just before the first marker write."""
+
+        def __init__(self) -> None:
+            self.landed = False
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(inner, name)
+
+        def put(self, key: str, body: bytes, **kw: Any) -> str:
+            if not self.landed and key == keys.marker("order-1"):
+                self.landed = True
+                markers.start(inner, keys, "order-1", found)  # the zombie lands first
+            return inner.put(key, body, **kw)
+
+    markers.point_from(ZombieFirst(), keys, "order-1", source, copy)  # type: ignore[arg-type]
+    moved = markers.read(inner, keys, "order-1")
+    assert moved is not None and moved.marker == markers.Marker(markers.PENDING, copy)
