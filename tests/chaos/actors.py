@@ -292,6 +292,8 @@ def producer(
             steps.append(([], put))
         steps += [(b, functools.partial(workload.Producer.send, specs=b, mix=mix)) for b in batches]
         steps += [([], functools.partial(_later_round, mix=mix))] * mix.resend_rounds
+        if mix.purges and actor.rng.random() < mix.purges:
+            steps.insert(len(batches) // 2 + 1, ([], functools.partial(workload.Producer.purge)))
         for sent, step in steps:
             try:
                 step(sender)

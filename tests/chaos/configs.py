@@ -52,9 +52,11 @@ SEAMS_MIX = workload.Mix(
     files=0.1,
     batched=0.1,
     reputs=0.5,
+    purges=0.5,
 )
 """The seams steps of issue 19 (workload.py): explicit ids enqueued again at any time, that
-fail, die and are redriven; enqueue_file and batching(); foreign keys PUT again."""
+fail, die and are redriven; enqueue_file and batching(); foreign keys PUT again; a purge mid-run
+in half the runs."""
 PRODUCER_HAZARDS = Hazards(crash_rate=0.02, freeze_rate=0.02, freeze_s=(0.5, 10))
 """A producer killed or frozen mid-enqueue: between a payload and its record, a marker and its
 message, a redrive's steps."""

@@ -45,7 +45,7 @@ from urllib.parse import unquote
 from botocore.awsrequest import AWSResponse
 from botocore.exceptions import ConnectionClosedError
 from botocore.httpsession import URLLib3Session
-from s3queue.errors import StorageError
+from s3queue.errors import Conflict, StorageError
 from s3queue.storage.base import (
     Head,
     Object,
@@ -66,7 +66,12 @@ STORAGE_KINDS = (
     "conflict409",
     "latency",
     "stale_list",
+    "zombie",
 )
+ZOMBIE_S = (0.05, 20.0)
+"""How long after its client gave up a ``zombie`` write lands, drawn uniformly (S3's time): up
+to longer than a leader's lease and a claim's visibility timeout in the chaos settings, so a
+new leader may have taken over, and far below ``tombstone_ttl`` (docs/guarantees.md)."""
 STALE_LIST_MS = 2_000
 """A ``stale_list`` LIST leaves out the keys written less than this long ago (S3's time): an
 S3-compatible store without strongly consistent listing (an opt-in profile, issue 19)."""
@@ -202,6 +207,40 @@ def _key_of(url: str) -> str:
     return parts[2] if len(parts) == 3 else ""
 
 
+class ZombieYard:
+    """Writes whose client gave up that S3 applies later: each lands on `inner` (the shared
+    store) at its due time, its condition judged then, at the first call of any process through
+    a `StorageFaults` after that time."""
+
+    def __init__(self, inner: Storage, now_ms: Callable[[], int]) -> None:
+        self.inner, self.now_ms = inner, now_ms
+        self.kept: list[tuple[int, int, str, str, Callable[[], object]]] = []
+        self.landed: list[tuple[str, str, bool]] = []
+        """(operation, key, applied) of each zombie that landed, in order."""
+        self._lock = threading.Lock()
+        self._count = 0
+
+    def keep(self, delay_s: float, operation: str, key: str, write: Callable[[], object]) -> None:
+        with self._lock:
+            self._count += 1
+            due = self.now_ms() + round(delay_s * 1000)
+            self.kept.append((due, self._count, operation, key, write))
+            self.kept.sort()
+
+    def land_due(self) -> None:
+        with self._lock:
+            now = self.now_ms()
+            due = [z for z in self.kept if z[0] <= now]
+            self.kept = [z for z in self.kept if z[0] > now]
+        for _, _, operation, key, write in due:
+            try:
+                write()
+                applied = True
+            except (Conflict, StorageError):  # its condition failed when it landed
+                applied = False
+            self.landed.append((operation, key, applied))
+
+
 class StorageFaults:
     """Any `Storage`, with the faults S3 would surface through `S3Storage` (see module).
 
@@ -212,6 +251,8 @@ class StorageFaults:
     conditional write or delete that did not apply, settled as the storage layer settles a
     refusal (`StorageError` while the condition holds). ``latency``: `pause` first.
     ``stale_list``: a LIST that leaves out the keys written in the last `STALE_LIST_MS`.
+    ``zombie``: a write that raises `StorageError` (its client gave up: a timeout) and lands
+    later all the same, `ZOMBIE_S` after, its condition judged then (`ZombieYard`).
     """
 
     def __init__(
@@ -221,29 +262,42 @@ class StorageFaults:
         log: FaultLog | None = None,
         *,
         pause: Callable[[float], None] = time.sleep,
+        zombies: ZombieYard | None = None,
     ) -> None:
         self.inner, self.plan = inner, plan
         self.log = log or FaultLog()
         self.pause = pause
+        self.zombies = zombies
+        self._local = threading.local()  # the delay of this thread's pending zombie
 
     def _fault(
         self, operation: str, key: str, *, write: bool, conditional: bool, stale: bool = False
     ) -> str | None:
+        if self.zombies is not None:
+            self.zombies.land_due()
         allowed = {"error_before", "latency"} | ({"stale_list"} if stale else set())
         if write:
-            allowed |= {"error_after", "lost_response"}
+            allowed |= {"error_after", "lost_response"} | ({"zombie"} if self.zombies else set())
         if conditional:
             allowed.add("conflict409")
         kind, rng = self.plan.decide(self.log.next_number(), allowed)
         if kind is None:
             return None
         self.log.note(kind, operation, key)
-        if kind == "latency":
+        if kind == "zombie":
+            self._local.delay = rng.uniform(*ZOMBIE_S)
+        elif kind == "latency":
             low, high = self.plan.latency_ms
             self.pause(rng.uniform(low, high) / 1000)
         elif kind == "error_before":
             raise StorageError(f"injected: {operation} {key} failed")
         return kind
+
+    def _zombie(self, operation: str, key: str, write: Callable[[], object]) -> None:
+        """Keep the write to land later; the caller sees its client give up."""
+        assert self.zombies is not None
+        self.zombies.keep(self._local.delay, operation, key, write)
+        raise StorageError(f"injected: {operation} {key} timed out (it may still land)")
 
     def _after(self, kind: str | None, operation: str, key: str) -> None:
         if kind == "error_after":
@@ -282,6 +336,8 @@ class StorageFaults:
             token=token,
             resend_if=resend_if,
         )
+        if kind == "zombie":
+            self._zombie("PutObject", key, write)
         etag = write()
         if kind == "lost_response":  # the SDK's retry of a write that applied
             return write()
@@ -293,6 +349,8 @@ class StorageFaults:
         if kind == "conflict409" and if_match is not None:
             settle_delete_conflict(self.inner, key, if_match)
             return
+        if kind == "zombie":
+            self._zombie("DeleteObject", key, partial(self.inner.delete, key, if_match=if_match))
         self.inner.delete(key, if_match=if_match)
         if kind == "lost_response":
             self.inner.delete(key, if_match=if_match)
@@ -303,6 +361,9 @@ class StorageFaults:
     ) -> None:
         keys = list(keys)
         kind = self._fault("DeleteObjects", keys[0] if keys else "", write=True, conditional=False)
+        if kind == "zombie":
+            write = partial(self.inner.delete_many, keys, if_match=if_match)
+            self._zombie("DeleteObjects", keys[0] if keys else "", write)
         self.inner.delete_many(keys, if_match=if_match)
         self._after(kind, "DeleteObjects", keys[0] if keys else "")
 
@@ -316,6 +377,9 @@ class StorageFaults:
 
     def copy(self, source: str, dest: str, *, if_match: str | None, size: int) -> None:
         kind = self._fault("CopyObject", dest, write=True, conditional=False)
+        if kind == "zombie":
+            write = partial(self.inner.copy, source, dest, if_match=if_match, size=size)
+            self._zombie("CopyObject", dest, write)
         self.inner.copy(source, dest, if_match=if_match, size=size)
         if kind == "lost_response":  # the same bytes copied again
             self.inner.copy(source, dest, if_match=if_match, size=size)

@@ -127,6 +127,8 @@ def _check_order(t: Timeline, order: Order, report: Report) -> None:
                     at = final.get(earlier, math.inf)
                     if at < start or finished.get((earlier, id(run.claim)), start) < start:
                         continue
+                    if at == math.inf and tl.maybe_purged(t, earlier):
+                        continue  # the operator purged it: nothing of it is left to wait for
                     report.add(
                         "fifo",
                         later,

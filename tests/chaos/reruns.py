@@ -107,7 +107,8 @@ def _check_rerun(t: Timeline, a: Run, b: Run, expect: Expect, report: Report) ->
     # counts a delivery that never started is `check_starts`'s; that a rerun is visible at
     # all (a higher attempt, or `redelivered`) is `invisible_redelivery`'s.
     most = int(retried) + _counted_expiries(t, a, b)
-    if not int(retried) <= b.attempt - a.attempt <= most:
+    purged = any(a.start.seq < p[0] < b.start.seq for p in t.purges)  # then sent again: new
+    if not purged and not int(retried) <= b.attempt - a.attempt <= most:
         report.add(
             "attempt_accounting",
             b.id,

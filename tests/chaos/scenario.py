@@ -28,7 +28,7 @@ from s3queue.working import apply
 from chaos import actors, checker, flow, slots, workload
 from chaos.cluster import Cluster
 from chaos.configs import NO_HAZARDS, Config
-from chaos.faults import FaultLog, FaultPlan, S3Faults, StorageFaults
+from chaos.faults import FaultLog, FaultPlan, S3Faults, StorageFaults, ZombieYard
 from chaos.history import Entry, FinalState, History, Oracle, live_work, snapshot
 from chaos.process import Hazards
 from chaos.sim import ActorFailed, Sim, patch_ids
@@ -176,9 +176,10 @@ def run_sim(config: Config, *, watch: Callable[[Entry], None] | None = None) -> 
     oracle = Oracle(memory, history, KEYS.tickets)
     log = FaultLog(history)
     plan = FaultPlan(config.seed, config.faults)
+    zombies = ZombieYard(oracle, clock.now_ms) if config.faults.get("zombie") else None
 
     def storage_for(name: str, actor: actors.Actor) -> Storage:
-        return StorageFaults(oracle, plan, log, pause=actor.sleep)
+        return StorageFaults(oracle, plan, log, pause=actor.sleep, zombies=zombies)
 
     sim = Sim(config.seed, clock)
     crashed: ActorFailed | None = None

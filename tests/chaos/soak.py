@@ -36,6 +36,7 @@ EVERYTHING: dict[str, Any] = {
         "lost_response": 0.01,
         "conflict409": 0.002,
         "latency": 0.05,
+        "zombie": 0.01,
     },
     "worker_hazards": Hazards(crash_rate=0.01, freeze_rate=0.005, freeze_s=(5, 60)),
     "coordinator_hazards": Hazards(crash_rate=0.005, freeze_rate=0.005, freeze_s=(5, 40)),

@@ -7,6 +7,7 @@ time, so the claim of a run is the last claim of its actor before the run starte
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
@@ -101,6 +102,8 @@ class Timeline:
     versions: dict[str, list[Entry]] = field(default_factory=dict)
     """Message id of a key another service PUT again -> its versions' put_foreign entries (each
     with its `n`): each version is its own message (`checker._check_versions`)."""
+    purges: list[list[int]] = field(default_factory=list)
+    """The operator's purges: [seq when it started, seq when it ended] (an open one: [start])."""
     redrives: dict[str, list[Entry]] = field(default_factory=dict)
     """Message id -> the operator's redrives of it (recorded before each started)."""
     _ids: dict[str, set[str]] = field(default_factory=dict)
@@ -132,6 +135,16 @@ class Timeline:
             refs = entry["refs"] if entry is not None else []
             self._ids[ticket] = {i for key in refs for i in self.ids_of_key(key)}
         return self._ids[ticket]
+
+
+def maybe_purged(t: Timeline, message_id: str) -> bool:
+    """The message was acknowledged before a purge of the operator's ended (or its enqueue
+    raised and may have landed any time): it may be gone, purged while pending, unrun."""
+    acked = t.acked.get(message_id)
+    if acked is None:  # an enqueue that raised, landed all the same (a zombie PUT): any time
+        return bool(t.purges)
+    ends = [p[-1] if len(p) > 1 else math.inf for p in t.purges]
+    return any(acked.seq < end for end in ends)
 
 
 def build(entries: Iterable[Entry]) -> Timeline:
@@ -325,6 +338,8 @@ _READERS: dict[str, Callable[[Timeline, Entry], None]] = {
     "put_foreign": _foreign,
     "explicit_id": lambda t, e: t.explicit.add(str(e["id"])),
     "redrive": lambda t, e: t.redrives.setdefault(str(e["id"]), []).append(e),
+    "purge_started": lambda t, e: t.purges.append([e.seq]),
+    "purge_done": lambda t, e: t.purges[-1].append(e.seq),
     "enqueue_failed": lambda t, e: t.failed_enqueues.append(e),
     "claim": _claim,
     "heartbeat": _heartbeat,

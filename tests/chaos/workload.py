@@ -97,6 +97,9 @@ class Mix:
     reputs: float = 0.0
     """Per batch, the chance that another service PUTs a new version of one of `REPUT_KEYS`
     (an inbox key or a foreign ``msg/`` name): each version is a message of its own."""
+    purges: float = 0.0
+    """The chance that the operator purges the queue once, halfway through the batches, while
+    it runs (issue 19): what was acknowledged before the purge ended may be gone."""
 
     @property
     def seams(self) -> bool:
@@ -306,6 +309,18 @@ class Producer:
             self._put(spec, f"dedup-{spec.n}")
         except S3QueueError as exc:
             self.history.record("enqueue_failed", "producer", ns=[spec.n], error=str(exc))
+
+    def purge(self) -> None:
+        """The operator purges the queue mid-run; recorded before it starts and when it ends
+        (killed midway too: whatever it had listed may be gone)."""
+        self.history.record("purge_started", "producer")
+        count, error = None, None
+        try:
+            count = self.queue.purge()
+        except S3QueueError as exc:  # it may have deleted some: the window is the same
+            error = str(exc)
+        finally:
+            self.history.record("purge_done", "producer", count=count, error=error)
 
     def redrive(self) -> None:
         """The operator redrives the DLQ's ungrouped dead letters, one entry at a time (as a

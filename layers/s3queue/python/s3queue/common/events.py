@@ -19,6 +19,8 @@ Kind = Literal[
     "deposed",
     "seal",
     "dispatch",
+    "doubt",
+    "settled",
     "reinvoke",
     "invoke_failed",
     "expire",

@@ -7,8 +7,9 @@ fences a stale leader: `s3queue.protocol.lease`.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 
 from s3queue.common.concurrency import RunAll, settled
@@ -17,7 +18,7 @@ from s3queue.contract.settings import CoordinatorSettings
 from s3queue.dispatching import scan
 from s3queue.dispatching.reconcile import Known, Reconciler
 from s3queue.dispatching.view import Memory
-from s3queue.errors import Conflict, Consumed
+from s3queue.errors import Conflict, Consumed, StorageError
 from s3queue.protocol.keys import QueueKeys
 from s3queue.protocol.lease import LeaderLease
 from s3queue.protocol.permits import Permit
@@ -39,6 +40,7 @@ class Publisher:
     reconciler: Reconciler
     run_all: RunAll
     emit: Emitter
+    doubting: threading.Lock = field(default_factory=threading.Lock)
 
     def publish_all(
         self,
@@ -103,34 +105,52 @@ class Publisher:
         )
         token = new_token()
         count = sum(c.count for c in batch)
-        etag: str | None
         try:
+            # Never resent: a second request for one key could land after the first was run and
+            # deleted, and create it again (lease.py, "Doubts").
             etag = self.storage.put(
-                key,
-                ticket.encode(token),
-                if_none_match=True,
-                token=token,
-                resend_if=partial(self._unconsumed, batch[0]),
+                key, ticket.encode(token), if_none_match=True, token=token, resend_if=_never
             )
         except Conflict:
             self.emit("lost_race", now, ticket=key, op="publish")
             return 0
-        except Consumed:  # it went out, and a worker was quicker than our recheck: done
-            etag = None
+        except (Consumed, StorageError) as exc:
+            landed = self._doubt(key, seq, exc, now)
+            if landed is None:
+                return 0
+            etag = landed
         self.emit("dispatch", now, ticket=key, refs=[c.key for c in batch], messages=count)
-        if etag is not None:
-            known = Known(ticket, etag, invoked_ms=now)
-            memory.known[key] = known
-            self.reconciler.invoke(key, known, now, reason="new")
+        known = Known(ticket, etag, invoked_ms=now)
+        memory.known[key] = known
+        self.reconciler.invoke(key, known, now, reason="new")
         return count
 
-    def _unconsumed(self, first: scan.Candidate) -> bool:
-        """May a ticket whose create may have applied, and which is now missing, be created
-        again? Only if its first message is still there as listed: a ticket that was applied
-        deleted (or copied) it, unless its worker released it unstarted, and then it released
-        every message of the ticket unstarted. (A resend would run them a second time.)"""
-        head = self.storage.head(first.key)
-        return head is not None and head.etag == first.etag
+    def _doubt(self, key: str, seq: int, exc: Exception, now: int) -> str | None:
+        """A ticket whose create failed or lost its answer: it may have landed, may land later
+        (a zombie request) or never. Doubt it, look, settle it (lease.py, "Doubts"): its ETag
+        if it landed (it runs), None if not (a hole: its messages may go out again).
+
+        If the lease cannot be written meanwhile, we stop leading without a word (`abdicate`):
+        our messages would otherwise go out again while the ticket may still land. Whoever
+        takes over next (we, once the lease lapses) settles the doubt when sealing, or finds
+        the seq in our last block or above the seal."""
+        self.emit("doubt", now, ticket=key, error=str(exc))
+        with self.doubting:  # one CAS chain: concurrent publications' doubts take turns
+            try:
+                if not self.lease.doubt(seq):
+                    return None  # deposed: the new leader judges the ticket when it seals
+                head = self.storage.head(key)
+                if not self.lease.settle(seq, landed=head is not None):
+                    return None
+            except StorageError:
+                self.lease.abdicate()
+                raise
+        self.emit("settled", now, ticket=key, landed=head is not None)
+        return None if head is None else head.etag
+
+
+def _never() -> bool:
+    return False
 
 
 def _next_seq(memory: Memory) -> int:

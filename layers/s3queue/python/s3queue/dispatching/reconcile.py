@@ -88,15 +88,15 @@ class Reconciler:
         }
         holes = {e: h for e, h in doc.holes.items() if e in seals}
         for epoch, seal in doc.seals.items():
-            block = doc.blocks.get(epoch)
-            if seal < 0 and block is not None and epoch in seals:
-                # unseen seqs of its last block at or below the seal: never to run (lease.py)
-                start, end = block
-                unseen = [
-                    q for q in range(start, min(end, seals[epoch] + 1)) if q not in seen[epoch]
-                ]
-                if unseen:
-                    holes[epoch] = tuple(unseen)
+            if seal >= 0 or epoch not in seals:
+                continue
+            # Never to run (lease.py): unseen seqs of its last block at or below the seal, and
+            # its leader's unsettled doubts that did not land (a seen one may be held: valid).
+            start, end = doc.blocks.get(epoch, (0, 0))
+            unseen = {q for q in range(start, min(end, seals[epoch] + 1)) if q not in seen[epoch]}
+            unseen |= {q for q in doc.doubts.get(epoch, ()) if q not in seen[epoch]}
+            if unseen:
+                holes[epoch] = tuple(sorted(unseen.union(holes.get(epoch, ()))))
         sealed = self.lease.update_seals(seals, holes)
         self.emit("seal", self.clock.now_ms(), epoch=doc.epoch, seals=seals, holes=holes, ok=sealed)
         return sealed

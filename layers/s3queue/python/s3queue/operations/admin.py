@@ -11,7 +11,7 @@ Dead letters are read in the one schema of `s3queue.protocol.deadletters`.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Collection, Iterator
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -257,35 +257,6 @@ def _payload_back(storage: Storage, keys: QueueKeys, record: Record, now_ms: int
     return True
 
 
-def purge(storage: Storage, keys: QueueKeys, *, include_dlq: bool = False) -> int:
-    """Delete every pending and delayed message (and dead letters); how many messages went.
-
-    A packed object counts as its messages; dedup markers and tombstones are not messages.
-    """
-    if not exists(storage, keys):
-        raise QueueNotFound(f"queue {keys.queue!r} has no objects under {keys.root}")
-    purged = _delete_prefix(storage, keys.inbox, lambda entry: 1)
-    purged += _delete_prefix(storage, keys.msg, lambda entry: _message_count(keys, entry))
-    purged += _delete_prefix(storage, keys.parts, lambda e: _message_count(keys.owning(e.key), e))
-    _delete_prefix(storage, keys.ids, lambda entry: 0)
-    if include_dlq:
-        purged += _delete_prefix(storage, keys.dlq, lambda e: _dead_count(keys, e))
-    _purge_blobs(storage, keys, include_dlq=include_dlq)
-    return purged
-
-
-def _purge_blobs(storage: Storage, keys: QueueKeys, *, include_dlq: bool) -> None:
-    """Delete the ``blobs/`` payloads (payload.py) that no dead letter kept holds (one written
-    before dead letters kept theirs in ``dlq/~payloads/``); one LIST when there are none, else a
-    GET per dead letter."""
-    if not storage.list(keys.blobs, limit=1).entries:
-        return
-    held = set() if include_dlq else set(dead_payload_keys(storage, keys))
-    doomed = [e.key for e in iter_keys(storage, keys.blobs) if e.key not in held]
-    for start in range(0, len(doomed), 1000):
-        storage.delete_many(doomed[start : start + 1000])
-
-
 def dead_payload_keys(storage: Storage, keys: QueueKeys) -> Iterator[str]:
     """The payload key of every dead letter that has one: a GET per dead letter."""
     for entry in iter_dead(storage, keys):
@@ -295,12 +266,12 @@ def dead_payload_keys(storage: Storage, keys: QueueKeys) -> Iterator[str]:
             yield payload["key"]
 
 
-def _dead_count(keys: QueueKeys, entry: Entry) -> int:
+def dead_count(keys: QueueKeys, entry: Entry) -> int:
     """1 for a dead letter; 0 for a tombstone or a dead letter's payload."""
-    return 0 if keys.is_dead_payload(entry.key) else _message_count(keys, entry)
+    return 0 if keys.is_dead_payload(entry.key) else message_count(keys, entry)
 
 
-def _message_count(keys: QueueKeys, entry: Entry) -> int:
+def message_count(keys: QueueKeys, entry: Entry) -> int:
     """The messages a listed object holds: a packed one all of them, a tombstone none."""
     if keys.is_tombstone(entry.key, entry.size):
         return 0
@@ -311,15 +282,8 @@ def _message_count(keys: QueueKeys, entry: Entry) -> int:
 def delete(storage: Storage, keys: QueueKeys) -> int:
     if not exists(storage, keys):
         raise QueueNotFound(f"queue {keys.queue!r} has no objects under {keys.root}")
-    return _delete_prefix(storage, keys.root, lambda entry: 1)
-
-
-def _delete_prefix(storage: Storage, prefix: str, weigh: Callable[[Entry], int]) -> int:
-    """Delete every object under `prefix`; the sum of `weigh` over them."""
     deleted = 0
-    while True:
-        page = storage.list(prefix)
-        if not page.entries:
-            return deleted
-        storage.delete_many(e.key for e in page.entries)
-        deleted += sum(weigh(e) for e in page.entries)
+    while page := storage.list(keys.root).entries:  # everything, tombstones and markers too
+        storage.delete_many(e.key for e in page)
+        deleted += len(page)
+    return deleted

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 from s3queue.common.clock import Clock, SystemClock
 from s3queue.common.events import Emitter, Listener
 from s3queue.errors import InvalidArgument
-from s3queue.operations import admin, messages
+from s3queue.operations import admin, messages, purging
 from s3queue.operations.messages import WaitingMessage
 from s3queue.operations.orphans import Orphans, collect_orphans
 from s3queue.producing import batch
@@ -345,7 +345,7 @@ class Queue:
 
     def purge(self, *, include_dlq: bool = False) -> int:
         """Delete every pending message (and the DLQ if asked); how many messages went."""
-        return admin.purge(self.storage, self.keys, include_dlq=include_dlq)
+        return purging.purge(self.storage, self.keys, include_dlq=include_dlq)
 
     def collect_orphans(
         self, *, grace: timedelta = timedelta(days=7), dry_run: bool = False

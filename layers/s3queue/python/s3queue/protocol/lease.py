@@ -32,6 +32,24 @@ sealing, marks every seq of the block at or below the seal that its LIST did not
 *hole* (``holes[e]``): rejected like a seq above the seal. An unseen seq is one of: not landed
 yet (it must never run: rejected), finished and deleted (gone: rejecting it changes nothing),
 or never to land (its PUT failed). A seen one is never a hole, so no live ticket is fenced.
+
+Doubts: a create that may still land. "Every PUT has returned" is not "no PUT will land": a
+request the client gave up on (a timeout, a 5xx after every retry, a lost answer) may still be
+applied by S3 later, a *zombie* request. A leader that re-dispatched such a ticket's messages
+while the ticket could still land would run them twice. So it never resends a ticket and never
+forgets one whose create failed; it first *doubts* it (a CAS adding the seq to
+``doubts[e]``, which workers reject like a hole), then looks (HEAD), then *settles* it (a CAS):
+found, the doubt goes and the ticket runs as any other; missing, the seq becomes a hole, so the
+ticket never runs wherever and whenever it lands, and its messages may go out again:
+
+    leader   PUT T(e, s) -x   CAS doubts[e] += s --- HEAD T: missing --- CAS holes[e] += s
+    zombie                                                                  ...... T lands
+    worker                                                       GET lease -> holes: reject
+
+A worker that read the lease before the doubt may have taken a T that had landed by then; the
+HEAD, after the doubt, sees it, and it stays valid. A leader deposed between its doubt and its
+settlement leaves the doubt to its successor, which settles it when sealing: a seq its LIST
+showed stays valid (its predecessor never sent its messages again), an unseen one is a hole.
 """
 
 from __future__ import annotations
@@ -62,9 +80,13 @@ class LeaseDoc:
     """epoch -> its last reserved block of seqs ``[start, end)`` (the leader's own, or a
     taken-over epoch's until it is sealed)."""
     holes: dict[int, tuple[int, ...]] = field(default_factory=dict)
-    """epoch -> seqs at or below its seal that never run (unseen in its last block)."""
+    """epoch -> seqs that never run: unseen in its last block at or below its seal, and the
+    leader's own tickets whose create failed and which were then found missing (`settle`)."""
     ttl_ms: int = 0
     """The holder's TTL: the lease lapses this long after its last write, by S3's time."""
+    doubts: dict[int, tuple[int, ...]] = field(default_factory=dict)
+    """epoch -> seqs whose create failed or lost its answer, not settled yet: they may land
+    late (a zombie request) or never; rejected meanwhile (`LeaderLease.doubt`, `settle`)."""
 
     def lapsed(self, written_ago_ms: int, now_ms: int, skew_ms: int) -> bool:
         """Whether a challenger may take over: released, or not written for ``ttl`` by S3's
@@ -80,10 +102,11 @@ class LeaseDoc:
         seal = self.seals.get(epoch)
         if seal == PENDING:
             return None
+        if seq in self.holes.get(epoch, ()) or seq in self.doubts.get(epoch, ()):
+            return False
         if epoch == self.epoch:
             return seal is None or seq <= seal
-        valid = epoch < self.epoch and seal is not None and seq <= seal
-        return valid and seq not in self.holes.get(epoch, ())
+        return epoch < self.epoch and seal is not None and seq <= seal
 
     def encode(self, token: str) -> bytes:
         doc: dict[str, Any] = {
@@ -98,6 +121,8 @@ class LeaseDoc:
             doc["blocks"] = {str(k): list(v) for k, v in sorted(self.blocks.items())}
         if self.holes:
             doc["holes"] = {str(k): list(v) for k, v in sorted(self.holes.items())}
+        if self.doubts:
+            doc["doubts"] = {str(k): list(v) for k, v in sorted(self.doubts.items())}
         if self.ttl_ms:
             doc["ttl"] = self.ttl_ms
         return json.dumps(doc, separators=(",", ":")).encode()
@@ -109,15 +134,21 @@ class LeaseDoc:
             seals = {int(k): int(v) for k, v in doc.get("seals", {}).items()}
             blocks = {int(k): (int(v[0]), int(v[1])) for k, v in doc.get("blocks", {}).items()}
             holes = {int(k): tuple(map(int, v)) for k, v in doc.get("holes", {}).items()}
+            doubts = {int(k): tuple(map(int, v)) for k, v in doc.get("doubts", {}).items()}
             owner, epoch, until = doc.get("owner"), int(doc["epoch"]), int(doc["lease_until"])
-            return cls(owner, epoch, until, seals, blocks, holes, int(doc.get("ttl", 0)))
+            ttl = int(doc.get("ttl", 0))
+            return cls(owner, epoch, until, seals, blocks, holes, ttl, doubts)
         except (ValueError, KeyError, TypeError, IndexError) as exc:
             raise MalformedMessage(f"undecodable coordinator lease: {exc}") from exc
 
     def evolve(self, **changes: Any) -> LeaseDoc:
         """A copy with `changes`; the maps copied, never shared."""
         copy = replace(
-            self, seals=dict(self.seals), blocks=dict(self.blocks), holes=dict(self.holes)
+            self,
+            seals=dict(self.seals),
+            blocks=dict(self.blocks),
+            holes=dict(self.holes),
+            doubts=dict(self.doubts),
         )
         return replace(copy, **changes)
 
@@ -229,13 +260,43 @@ class LeaderLease:
         return [e for e, s in (self.doc.seals.items() if self.doc else ()) if s == PENDING]
 
     def update_seals(self, seals: dict[int, int], holes: dict[int, tuple[int, ...]]) -> bool:
-        """Replace the seals and holes (fill pending ones, drop epochs without tickets) by CAS;
-        a sealed epoch's block is no longer needed."""
+        """Replace the seals and holes of taken-over epochs (fill pending ones, drop epochs
+        without tickets) by CAS; a sealed epoch's block and doubts are no longer needed (the
+        seal settled them), our own epoch's are kept."""
         if self.doc is None:
             return False
         own = self.doc.epoch
         blocks = {e: b for e, b in self.doc.blocks.items() if e == own}
-        return self._write(self.doc.evolve(seals=seals, holes=holes, blocks=blocks))
+        doubts = {e: d for e, d in self.doc.doubts.items() if e == own}
+        if own in self.doc.holes:
+            holes = {**holes, own: self.doc.holes[own]}
+        doc = self.doc.evolve(seals=seals, holes=holes, blocks=blocks, doubts=doubts)
+        return self._write(doc)
+
+    def doubt(self, seq: int) -> bool:
+        """Mark our ticket `seq` doubtful by CAS: its create failed or lost its answer, so it
+        may land late (a zombie request) or never, and no worker may run it until `settle`.
+        False if we no longer lead."""
+        if self.doc is None:
+            return False
+        own = self.doc.epoch
+        doubts = {**self.doc.doubts, own: (*self.doc.doubts.get(own, ()), seq)}
+        return self._write(self.doc.evolve(doubts=doubts))
+
+    def settle(self, seq: int, *, landed: bool) -> bool:
+        """Settle a doubtful ticket by CAS: found after `doubt` (it landed: it runs as any
+        other), or found missing (a hole: wherever and whenever it lands, it never runs)."""
+        if self.doc is None:
+            return False
+        own = self.doc.epoch
+        doubts = dict(self.doc.doubts)
+        left = tuple(q for q in doubts.pop(own, ()) if q != seq)
+        if left:
+            doubts[own] = left
+        holes = dict(self.doc.holes)
+        if not landed:
+            holes[own] = (*holes.get(own, ()), seq)
+        return self._write(self.doc.evolve(doubts=doubts, holes=holes))
 
     def reserve(self, start: int, end: int) -> bool:
         """Reserve seqs ``[start, end)`` of our epoch for tickets published at once (module

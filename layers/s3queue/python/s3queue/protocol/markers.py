@@ -128,24 +128,40 @@ def mark_done(storage: Storage, keys: QueueKeys, message_id: str, key: str) -> N
     still names `key` (CAS): an apply run again late, after a redrive pointed the marker at the
     message's next life, must not end that life unrun. No marker (expired, purged): one is
     created done, so a repeated enqueue stays a no-op."""
-    found = read(storage, keys, message_id)
     token = new_token()
     body = Marker(DONE).encode(token)
-    if found is None:
-        with contextlib.suppress(Conflict):  # one appeared meanwhile: it is not ours to end
-            storage.put(keys.marker(message_id), body, if_none_match=True, token=token)
-        return
-    if found.marker.final or found.marker.key not in (None, key):
-        return
-    with contextlib.suppress(Conflict):  # changed meanwhile: moved on, not ours to end
-        storage.put(keys.marker(message_id), body, if_match=found.etag, token=token)
+    for _ in range(_TRIES):
+        found = read(storage, keys, message_id)
+        if found is None:
+            with contextlib.suppress(Conflict):  # one appeared meanwhile: it is not ours to end
+                storage.put(keys.marker(message_id), body, if_none_match=True, token=token)
+            return
+        if found.marker.final or found.marker.key not in (None, key):
+            return
+        try:
+            storage.put(keys.marker(message_id), body, if_match=found.etag, token=token)
+            return
+        except Conflict:  # changed meanwhile: read it again (see `_TRIES`)
+            continue
 
 
 def point_from(storage: Storage, keys: QueueKeys, message_id: str, source: str, key: str) -> None:
     """Point the marker from `source` (the record a ticket handled) to its copy at `key`; a
     marker that names anything else (done, a redrive's key, this copy already) is left."""
-    found = read(storage, keys, message_id)
-    if found is None or found.marker.final or found.marker.key != source:
-        return
-    with contextlib.suppress(Conflict):  # changed meanwhile (an earlier apply of this commit)
-        point(storage, keys, message_id, key, found)
+    for _ in range(_TRIES):
+        found = read(storage, keys, message_id)
+        if found is None or found.marker.final or found.marker.key != source:
+            return
+        try:
+            point(storage, keys, message_id, key, found)
+            return
+        except Conflict:  # changed meanwhile: read it again (see `_TRIES`)
+            continue
+
+
+_TRIES = 3
+"""Reads of a marker that changed between our read and our CAS. Usually an earlier apply of
+the same commit moved it on, and the next read says so; but it may still name our record in
+another state: a worker's "started" CAS that it gave up on (a timeout: it released the message
+unrun) and that S3 applied later (a zombie request). Giving up then would leave the marker
+naming a record that is gone: its copy would never run, or a handled id would run again."""
