@@ -41,6 +41,16 @@ class Known:
     """... and S3's time in the answer that last showed it (its ``Date``)."""
 
 
+@dataclass(slots=True)
+class Reconciled:
+    """What a tick's reconcile found."""
+
+    reaped: int
+    """Expired claims put back as a new generation."""
+    finished: dict[str, Known]
+    """Tickets known until now and no longer listed: applied (or deleted), by key."""
+
+
 class Reconciler:
     """Judges the listed tickets for one queue's leader: stand down, seal, learn, fence,
     re-invoke, reap, forget."""
@@ -101,9 +111,11 @@ class Reconciler:
         self.emit("seal", self.clock.now_ms(), epoch=doc.epoch, seals=seals, holes=holes, ok=sealed)
         return sealed
 
-    def reconcile(self, listed: list[Entry], known: dict[str, Known], cursors: Cursors) -> int:
-        """Learn unknown tickets, drop fenced ones, forget finished ones, reap expired ones;
-        how many were reaped."""
+    def reconcile(
+        self, listed: list[Entry], known: dict[str, Known], cursors: Cursors
+    ) -> Reconciled:
+        """Learn unknown tickets, drop fenced ones, forget finished ones, reap expired ones:
+        how many were reaped, and the tickets that finished (no longer listed)."""
         doc = self.lease.doc
         assert doc is not None
         now, reaped = self.clock.now_ms(), 0
@@ -119,10 +131,10 @@ class Reconciler:
             found = known.get(entry.key) or self.learn(known, entry, now)
             if found is not None:
                 reaped += self._check(known, entry, found, now)
-        for key in [k for k in known if k not in seen]:
-            gone = known.pop(key)
+        finished = {key: known.pop(key) for key in [k for k in known if k not in seen]}
+        for gone in finished.values():
             cursors.finished(r.key for r in gone.ticket.refs)
-        return reaped
+        return Reconciled(reaped, finished)
 
     def _drop_fenced(self, entry: Entry) -> None:
         # No worker ever accepts it (LeaseDoc.accepts is stable while the ticket exists).
@@ -177,7 +189,7 @@ class Reconciler:
     def _reap(self, key: str, found: Known, now: int) -> int:
         """Expired claim: CAS the ticket to a new generation, then invoke a worker again."""
         # Work on a copy: if the PUT fails, memory must still hold the ticket as it is in S3.
-        ticket, owner = Ticket.decode(found.ticket.encode("")), found.ticket.owner
+        ticket, owner = found.ticket.copy(), found.ticket.owner
         ticket.expire(now)
         token = new_token()
         try:

@@ -112,5 +112,5 @@ class Puller:
         if ticket is None or ticket.state != "pending":
             self._seen[key] = obj.etag
             return
-        partition = self.keys.partition_of(ticket.refs[0].key) if ticket.refs else None
+        partition = ticket.tenant(self.keys)
         self._pending[key] = (partition, ticket.to_payload(key, obj.etag))
