@@ -90,3 +90,17 @@ def test_reconcile_returns_the_tickets_that_finished() -> None:
     assert list(reconciled.finished) == [key]
     assert reconciled.reaped == 0
     assert memory.known == {}
+
+
+def test_stats_and_an_invocation_are_exactly_their_typed_contracts() -> None:
+    from s3queue.operations.admin import Counts, QueueStats
+    from s3queue.protocol.tickets import Invocation
+
+    h = Harness()
+    h.queue.enqueue({"n": 1}, partition="acme")
+    stats = h.queue.stats()
+    assert set(stats) == QueueStats.__required_keys__
+    assert set(stats["partitions"]["acme"]) == set(Counts.__required_keys__)
+    h.tick()
+    [invocation] = h.invocations
+    assert set(invocation) == Invocation.__required_keys__ | Invocation.__optional_keys__

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 from s3queue.common.clock import Clock, ms
 from s3queue.common.events import Emitter
@@ -21,11 +20,11 @@ from s3queue.dispatching.cursor import Cursors
 from s3queue.errors import Conflict, MalformedMessage
 from s3queue.protocol.keys import QueueKeys
 from s3queue.protocol.lease import LeaderLease
-from s3queue.protocol.tickets import Ticket
+from s3queue.protocol.tickets import Invocation, Ticket
 from s3queue.storage.base import Entry, Storage, new_token, written_ago
 
-Invoker = Callable[[dict[str, Any]], None]
-"""Starts a worker on a ticket payload (Lambda ``Event`` invoke, or a local pool)."""
+Invoker = Callable[[Invocation], None]
+"""Starts a worker on a ticket (Lambda ``Event`` invoke, or a local pool)."""
 
 
 @dataclass(slots=True)
@@ -209,7 +208,7 @@ class Reconciler:
         """Start a worker on the ticket; a failed invoke is retried after dispatch_timeout."""
         found.invoked_ms = now
         try:
-            self.invoker(found.ticket.to_payload(key, found.etag))
+            self.invoker(found.ticket.invocation(key, found.etag))
         except Exception as exc:  # noqa: BLE001 - a lost invoke is retried after dispatch_timeout
             self.emit("invoke_failed", now, ticket=key, error=repr(exc))
             return

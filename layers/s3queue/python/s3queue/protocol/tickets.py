@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, NotRequired, TypedDict
 
 from s3queue.errors import MalformedMessage
 from s3queue.protocol.deadletters import bound_traceback
@@ -31,6 +31,20 @@ OutcomeKind = Literal["done", "retry", "dead", "release", "skip"]
 skip: an explicit-id message handled elsewhere (its marker is done, or names another key),
 retired without running."""
 TicketState = Literal["pending", "claimed", "committed"]
+
+
+class Invocation(TypedDict):
+    """What the coordinator sends a worker to start it on a ticket: a Lambda ``Event`` invoke's
+    JSON, or a local pool's item. (A message's stored large body is its *payload*, payload.py:
+    the word means that alone.)"""
+
+    queue: str
+    ticket: str
+    """The ticket's key."""
+    etag: str
+    """The ticket's ETag as published: the worker claims it If-Match, without a GET."""
+    doc: NotRequired[dict[str, Any]]
+    """The ticket document, up to `INLINE_DOC_BYTES` encoded; else the worker GETs it."""
 
 
 @dataclass(slots=True)
@@ -245,14 +259,14 @@ class Ticket:
         """The messages a rate-limited ticket asks its counters for (its permit says)."""
         return self.permit.messages if self.permit is not None else 0
 
-    def to_payload(self, key: str, etag: str) -> dict[str, Any]:
+    def invocation(self, key: str, etag: str) -> Invocation:
         """What the coordinator sends a worker: enough to claim without reading the ticket,
         or, for a document above `INLINE_DOC_BYTES`, a reference the worker GETs."""
-        payload: dict[str, Any] = {"queue": self.queue, "ticket": key, "etag": etag}
+        invocation = Invocation(queue=self.queue, ticket=key, etag=etag)
         encoded = self.encode("")
         if len(encoded) <= INLINE_DOC_BYTES:
-            payload["doc"] = json.loads(encoded)
-        return payload
+            invocation["doc"] = json.loads(encoded)
+        return invocation
 
     def record(self, outcome: Outcome) -> None:
         """Add an outcome, its traceback cut to what is left of `TICKET_TRACEBACK_CHARS` (none

@@ -24,12 +24,10 @@ a fenced ticket waits for the leader to drop it, and polling it in a loop would 
 
 from __future__ import annotations
 
-from typing import Any
-
 from s3queue.common.clock import Clock, SystemClock
 from s3queue.errors import MalformedMessage
 from s3queue.protocol.keys import QueueKeys
-from s3queue.protocol.tickets import Ticket
+from s3queue.protocol.tickets import Invocation, Ticket
 from s3queue.storage.base import Storage
 
 RETRY_MS = 2_000
@@ -46,12 +44,12 @@ class Puller:
         """Ticket key -> (ETag, when) it was last offered."""
         self._seen: dict[str, str] = {}
         """Ticket key -> the ETag it had when it was not claimable (claimed, committed, bad)."""
-        self._pending: dict[str, tuple[str | None, dict[str, Any]]] = {}
+        self._pending: dict[str, tuple[str | None, Invocation]] = {}
         """Ticket key -> (its partition, its payload) while its ETag is the payload's."""
         self._served: str | None = None
         self._turns = False
 
-    def poll(self, limit: int) -> list[dict[str, Any]]:
+    def poll(self, limit: int) -> list[Invocation]:
         """Up to `limit` payloads of pending tickets (as the coordinator would invoke with)."""
         if limit <= 0:
             return []
@@ -77,13 +75,13 @@ class Puller:
             self._offered[payload["ticket"]] = (payload["etag"], now)
         return taken
 
-    def forget(self, payload: dict[str, Any]) -> None:
+    def forget(self, payload: Invocation) -> None:
         """`payload` was not taken after all (no free thread): offer it again at the next poll."""
         self._offered.pop(str(payload["ticket"]), None)
 
-    def _in_turn(self, limit: int) -> list[dict[str, Any]]:
+    def _in_turn(self, limit: int) -> list[Invocation]:
         """`limit` pending payloads, one partition at a time, after the last one served."""
-        queues: dict[str | None, list[dict[str, Any]]] = {}
+        queues: dict[str | None, list[Invocation]] = {}
         for key in sorted(self._pending):
             if key in self._offered:
                 continue
@@ -93,7 +91,7 @@ class Puller:
         if self._turns and self._served in queues:
             at = order.index(self._served) + 1
             order = order[at:] + order[:at]
-        taken: list[dict[str, Any]] = []
+        taken: list[Invocation] = []
         while len(taken) < limit and any(queues.values()):
             for partition in order:
                 if queues[partition] and len(taken) < limit:
@@ -113,4 +111,4 @@ class Puller:
             self._seen[key] = obj.etag
             return
         partition = ticket.tenant(self.keys)
-        self._pending[key] = (partition, ticket.to_payload(key, obj.etag))
+        self._pending[key] = (partition, ticket.invocation(key, obj.etag))

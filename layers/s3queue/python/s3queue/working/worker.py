@@ -32,7 +32,7 @@ from s3queue.errors import LeaseLost, S3QueueError
 from s3queue.protocol.keys import QueueKeys, check_queue_name
 from s3queue.protocol.lease import read_lease
 from s3queue.protocol.records import Record
-from s3queue.protocol.tickets import Outcome, OutcomeKind, Ref, Ticket
+from s3queue.protocol.tickets import Invocation, Outcome, OutcomeKind, Ref, Ticket
 from s3queue.storage.base import Storage
 from s3queue.working.apply import apply_ticket
 from s3queue.working.claim import Beating, Claim
@@ -112,14 +112,14 @@ class Worker:
 
     def process(
         self,
-        payload: dict[str, Any],
+        invocation: Invocation,
         handler: Handler,
         *,
         remaining_ms: Callable[[], int] | None = None,
     ) -> WorkResult:
-        """Work one ticket from a coordinator's payload ({queue, ticket, etag, doc})."""
-        key = str(payload["ticket"])
-        found = self._ticket(payload, key)
+        """Work one ticket a coordinator sent (an `Invocation`: {queue, ticket, etag, doc})."""
+        key = str(invocation["ticket"])
+        found = self._ticket(invocation, key)
         if found is None:
             return WorkResult(key, "gone")
         ticket, etag = found
@@ -231,9 +231,10 @@ class Worker:
         self.emit("apply_paused", self.clock.now_ms(), ticket=key, applied=ticket.applied)
         return False
 
-    def _ticket(self, payload: dict[str, Any], key: str) -> tuple[Ticket, str] | None:
-        if payload.get("doc") and payload.get("etag"):
-            return Ticket.decode(payload["doc"]), str(payload["etag"])
+    def _ticket(self, invocation: Invocation, key: str) -> tuple[Ticket, str] | None:
+        doc, etag = invocation.get("doc"), invocation.get("etag")
+        if doc and etag:
+            return Ticket.decode(doc), str(etag)
         obj = self.storage.get(key)
         return None if obj is None else (Ticket.decode(obj.body), obj.etag)
 
