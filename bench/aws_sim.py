@@ -34,7 +34,7 @@ from bench.plan import Plan
 from bench.progress import Progress
 from bench.simaws import AWS, Model
 from bench.sims3 import sim_storage
-from bench.simworld import PREFIX, World, WorldConfig
+from bench.simworld import PREFIX, World, WorldConfig, settings_from
 from bench.target import Target
 
 PACK = 100
@@ -59,16 +59,6 @@ def variant_mode(variant: str) -> tuple[str, str]:
     """``packed:name=value,...`` -> ("packed", the settings); else ("single", it all)."""
     mode, sep, text = variant.partition(":")
     return (mode.strip(), text) if sep else ("single", variant)
-
-
-def settings_from(text: str, base: QueueSettings | None = None) -> QueueSettings:
-    """Queue settings from ``name=value,...`` on top of `base` (the defaults)."""
-    values = dict((base or QueueSettings()).__dict__)
-    for part in (p.strip() for p in text.split(",") if p.strip()):
-        name, _, value = part.partition("=")
-        number = float(value)
-        values[name.strip()] = int(number) if number.is_integer() else number
-    return QueueSettings(**values)
 
 
 def run(target: Target, plan: Plan, progress: Progress) -> dict[str, Any]:

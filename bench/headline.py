@@ -3,27 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from s3queue.local.runtime import LOCAL_SERVE
 
+from bench import hidingreport
+from bench.tables import Row
+
 Results = dict[str, Any]
-
-
-@dataclass(frozen=True)
-class Row:
-    """One line of the headline table."""
-
-    what: str
-    measured: str
-    target: str
-    met: bool | None
-    """None: no target, a figure for information."""
-
-    @property
-    def verdict(self) -> str:
-        return {True: "met", False: "MISSED", None: ""}[self.met]
 
 
 def rows(results: Results) -> list[Row]:
@@ -170,14 +157,12 @@ def _coldstart(data: Results) -> list[Row]:
 
 
 def _aws_sim(data: Results) -> list[Row]:
-    from bench import simreport  # noqa: PLC0415 - simreport builds on Row
+    from bench import simreport  # noqa: PLC0415 - it loads matplotlib, which a headline needs not
 
     return simreport.headline(data)
 
 
 def _hiding(data: Results) -> list[Row]:
-    from bench import hidingreport  # noqa: PLC0415 - hidingreport builds on Row
-
     return hidingreport.headline(data)
 
 

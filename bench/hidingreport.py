@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from bench.headline import Row
+from bench.tables import Row, table
 
 Results = dict[str, Any]
 RATIO_TARGET = 0.8
@@ -18,7 +18,6 @@ def _range(spread: dict[str, float]) -> str:
 
 
 def section(data: Results) -> list[str]:
-    from bench.report import table  # noqa: PLC0415 - report imports this module
 
     rows = []
     for kind, pairs in data["drains"].items():

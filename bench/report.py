@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from bench import headline, hidingreport, plots, simreport
+from bench.tables import table
 
 Results = dict[str, Any]
 
@@ -21,27 +22,6 @@ def write(out: Path, results: Results) -> list[Path]:
     md = out / "results.md"
     md.write_text(markdown(results, [p.name for p in images]))
     return [*written, md, *images]
-
-
-def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
-    """A Markdown table; numbers right-aligned."""
-    align = [
-        "---:" if rows and isinstance(rows[0][i], int | float) else "---"
-        for i in range(len(headers))
-    ]
-    lines = ["| " + " | ".join(headers) + " |", "| " + " | ".join(align) + " |"]
-    lines += ["| " + " | ".join(_cell(v) for v in row) + " |" for row in rows]
-    return "\n".join(lines)
-
-
-def _cell(value: Any) -> str:
-    if isinstance(value, float) and value.is_integer() and abs(value) >= 10:
-        return f"{value:,.0f}"
-    if isinstance(value, float):
-        return f"{value:,.3f}".rstrip("0").rstrip(".") if abs(value) < 10 else f"{value:,.1f}"
-    if isinstance(value, int):
-        return f"{value:,}"
-    return str(value)
 
 
 def headline_table(results: Results) -> str:

@@ -31,7 +31,7 @@ from bench import simmeasure
 from bench.measure import summarize_ms
 from bench.simaws import AWS, Model
 from bench.sims3 import sim_storage
-from bench.simworld import PREFIX, World, WorldConfig
+from bench.simworld import PREFIX, World, WorldConfig, settings_from
 
 
 @dataclass(frozen=True)
@@ -175,7 +175,6 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seconds", type=float, default=20.0, help="virtual s measured")
     parser.add_argument("--settings", default="", help="queue settings, name=value,...")
     args = parser.parse_args(argv)
-    from bench.aws_sim import settings_from  # noqa: PLC0415 - aws_sim imports this module
 
     result = runs(
         tuple(int(c) for c in args.callers.split(",")),

@@ -15,7 +15,7 @@ import sys
 from dataclasses import replace
 from typing import Any
 
-from bench import aws_sim
+from bench import aws_sim, simworld
 from bench.plan import DEFAULT
 from bench.simaws import AWS
 
@@ -26,7 +26,7 @@ def runs(
     """Each (producer mode, offered rate) once per seed; each row's median, minimum and maximum
     over the seeds, and its median handler starts against the first rate's (same mode)."""
     model = replace(AWS, cpu_scale=DEFAULT.aws_sim_cpu_scale)
-    settings = aws_sim.settings_from(DEFAULT.aws_sim_settings)
+    settings = simworld.settings_from(DEFAULT.aws_sim_settings)
     out: dict[str, Any] = {"seeds": seeds, "rows": []}
     for mode in adaptive:
         rows = []

@@ -11,7 +11,7 @@ matplotlib.use("Agg")
 from matplotlib import pyplot as plt  # the backend is chosen first
 from matplotlib.figure import Figure
 
-from bench.headline import Row
+from bench.tables import Row, table
 
 Results = dict[str, Any]
 MODES = (("single", "`enqueue`"), ("packed", "`enqueue_many(100)`"))
@@ -20,8 +20,6 @@ TARGETS = {"single": 2_000, "packed": 50_000}
 
 
 def _table(headers: list[str], rows: list[list[Any]]) -> str:
-    from bench.report import table  # noqa: PLC0415 - report imports this module
-
     return table(headers, rows)
 
 

@@ -310,3 +310,13 @@ class World:
 
     def stop(self) -> None:
         self.kernel.stop()
+
+
+def settings_from(text: str, base: QueueSettings | None = None) -> QueueSettings:
+    """Queue settings from ``name=value,...`` on top of `base` (the defaults)."""
+    values = dict((base or QueueSettings()).__dict__)
+    for part in (p.strip() for p in text.split(",") if p.strip()):
+        name, _, value = part.partition("=")
+        number = float(value)
+        values[name.strip()] = int(number) if number.is_integer() else number
+    return QueueSettings(**values)

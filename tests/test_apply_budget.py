@@ -105,7 +105,7 @@ def test_long_error_texts_are_bounded_and_a_large_ticket_travels_as_a_reference(
     key, ticket = _committed(h, "x" * 50_000)
     # THEN each error is cut, and the invoke payload fits the 1 MB async limit
     assert all(len(o.error or "") <= MAX_ERROR_CHARS for o in ticket.outcomes)
-    payload = ticket.to_payload(key, "etag")
+    payload = ticket.invocation(key, "etag")
     assert len(json.dumps(payload, separators=(",", ":"))) < ASYNC_PAYLOAD_LIMIT
     assert "doc" not in payload  # above INLINE_DOC_BYTES: the worker GETs it
     # AND a worker given that reference applies it

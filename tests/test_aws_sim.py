@@ -355,7 +355,7 @@ def test_the_default_model_cites_its_sources() -> None:
 
 
 def test_settings_for_a_variant_go_on_top_of_the_base() -> None:
-    from bench.aws_sim import settings_from
+    from bench.simworld import settings_from
 
     base = settings_from("concurrency=32")
     variant = settings_from("batch_size=100,visibility_timeout=45.5", base)

@@ -36,7 +36,8 @@ def test_key_segments_are_the_ones_keys_builds() -> None:
     assert (queue_keys.dlq, queue_keys.ids) == (root + names.DLQ, root + names.IDS)
     assert (queue_keys.inbox, queue_keys.msg) == (root + names.INBOX, root + names.MSG)
     assert queue_keys.tickets == root + names.TICKETS
-    assert keys.QUEUE_NAME.pattern == names.QUEUE_NAME.pattern
+    assert queue_keys.parts == root + names.PARTS
+    assert keys.QUEUE_NAME is names.QUEUE_NAME  # one owner, no copy to keep equal
 
 
 def test_idempotency_records_lie_outside_every_queue() -> None:

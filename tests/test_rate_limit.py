@@ -177,7 +177,7 @@ def test_permits_are_stored_in_the_ticket() -> None:
     assert Ticket.decode(ticket.encode("t")).permit == Permit(3, 2, 7)
     assert (
         "permit"
-        not in Ticket.decode(Ticket("q", 1, 2, [], 0).encode("t")).to_payload("k", "e")["doc"]
+        not in Ticket.decode(Ticket("q", 1, 2, [], 0).encode("t")).invocation("k", "e")["doc"]
     )
 
 

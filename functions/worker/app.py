@@ -1,6 +1,6 @@
 """Worker Lambda: runs one queue's handler module on the tickets the coordinator sends.
 
-Event: one ticket payload ``{queue, ticket, etag, doc}``, or ``{"tickets": [payload, ...]}``.
+Event: one ticket's `Invocation` ``{queue, ticket, etag, doc}``, or ``{"tickets": [...]}``.
 Configuration is read once per container (``S3QUEUE_*``); the handler module is
 ``handlers.<queue>``; a handler that declares a pydantic model of its body gets bodies
 validated and parsed (`s3queue.working.typed`). A Lambda timeout loses nothing: the worker stops
@@ -14,7 +14,7 @@ import functools
 import importlib
 import warnings
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.metrics import MetricUnit
@@ -24,6 +24,7 @@ from s3queue.common.tally import METRICS, Tally
 from s3queue.contract import metric_names
 from s3queue.contract.environment import Environment
 from s3queue.errors import ConfigError, S3QueueError
+from s3queue.protocol.tickets import Invocation
 from s3queue.storage.clients import make_client
 from s3queue.storage.s3 import S3Storage
 from s3queue.working.typed import bind
@@ -86,23 +87,23 @@ def container() -> Container:
     return Container(env.queue, bind(module.handle), worker, listener)
 
 
-def payloads(event: dict[str, Any]) -> list[dict[str, Any]]:
-    """The ticket payloads of an invoke event."""
+def invocations(event: dict[str, Any]) -> list[Invocation]:
+    """The tickets' invocations an invoke event holds."""
     tickets = event.get("tickets")
     if isinstance(tickets, list):
-        return [t for t in tickets if isinstance(t, dict)]
-    return [event] if "ticket" in event else []
+        return [cast("Invocation", t) for t in tickets if isinstance(t, dict)]
+    return [cast("Invocation", event)] if "ticket" in event else []
 
 
 @tracer.capture_method
-def work(app: Container, payload: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+def work(app: Container, invocation: Invocation, context: LambdaContext) -> dict[str, Any]:
     """One ticket; an S3QueueError is reported, not raised, so the other tickets still run."""
-    ticket = str(payload.get("ticket"))
+    ticket = str(invocation.get("ticket"))
     logger.append_keys(ticket=ticket)
     tracer.put_annotation("ticket", ticket)
     try:
         result: WorkResult = app.worker.process(
-            payload, app.handler, remaining_ms=context.get_remaining_time_in_millis
+            invocation, app.handler, remaining_ms=context.get_remaining_time_in_millis
         )
     except S3QueueError as exc:
         logger.exception("ticket failed")
@@ -121,7 +122,7 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     """Process every ticket of the event; failures are listed in ``batchItemFailures``."""
     app = container()
     logger.append_keys(queue=app.queue)
-    results = [work(app, payload, context) for payload in payloads(event)]
+    results = [work(app, invocation, context) for invocation in invocations(event)]
     errors = [r for r in results if r["status"] == "error"]
     if results and len(errors) == len(results):
         # Nothing worked because S3 failed: an error the function's alarm should see.

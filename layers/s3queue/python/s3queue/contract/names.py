@@ -4,7 +4,7 @@ Pure: no I/O, no imports from the rest of the package, so the CDK app may import
 the rest of `s3queue.contract`) without loading queue logic. `s3queue.protocol.keys`
 builds every key of a queue from these segments::
 
-    <prefix>/<queue>/coordinator  dlq/  ids/  inbox/  msg/  tickets/
+    <prefix>/<queue>/coordinator  dlq/  ids/  inbox/  msg/  parts/  tickets/
     <prefix>/_idempotency/<queue>/         (`s3queue.idempotency`'s records)
 """
 
@@ -21,6 +21,7 @@ DLQ = "dlq/"
 IDS = "ids/"
 INBOX = "inbox/"
 MSG = "msg/"
+PARTS = "parts/"
 TICKETS = "tickets/"
 EXPIRING_SEGMENTS = (IDS, DLQ)
 """What a lifecycle rule may expire: dedup markers and dead letters, never live work."""
@@ -51,7 +52,7 @@ def queue_of_key(prefix: str, key: str) -> str | None:
     queue, _, segment = key[len(root) :].partition("/")
     if not QUEUE_NAME.match(queue):
         return None
-    return queue if segment.startswith((MSG, INBOX, "parts/")) else None
+    return queue if segment.startswith((MSG, INBOX, PARTS)) else None
 
 
 def idempotency_root(prefix: str, queue: str | None = None) -> str:

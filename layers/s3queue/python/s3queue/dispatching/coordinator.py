@@ -173,14 +173,13 @@ class Coordinator:
             self.memory = self._fresh()
             return TickResult(leader=False)
         known = self.memory.known
-        before = dict(known)
-        reaped = reconciler.reconcile(listed, known, self.memory.cursors)
+        reconciled = reconciler.reconcile(listed, known, self.memory.cursors)
         self.gate.observe(listed)
         now = self.clock.now_ms()
-        for key in before.keys() - known.keys():
-            refs = self.memory.parsed.get(key) or self._refs(before[key].ticket)
-            self.pace.finished(count_refs(refs), now - before[key].ticket.created_ms)
-        return self._dispatch(reaped, queued(listed, known, now))
+        for key, gone in reconciled.finished.items():
+            refs = self.memory.parsed.get(key) or self._refs(gone.ticket)
+            self.pace.finished(count_refs(refs), now - gone.ticket.created_ms)
+        return self._dispatch(reconciled.reaped, queued(listed, known, now))
 
     def probe(self) -> bool:
         """Is there anything to do? About one LIST, no lease (probe.py)."""

@@ -1,4 +1,4 @@
-"""Invokers: how a coordinator starts a worker on a ticket payload.
+"""Invokers: how a coordinator starts a worker on a ticket (an `Invocation`).
 
 `LambdaInvoker` sends it to the queue's worker function as an asynchronous (``Event``) invoke.
 A failed invoke is not lost work: the coordinator logs it and invokes the ticket again once
@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from s3queue.errors import InvokeFailed as InvokeFailed  # noqa: PLC0414 - re-exported from its old home
+from s3queue.protocol.tickets import Invocation
 
 ACCEPTED = 202
 """The status Lambda answers to an accepted ``Event`` invoke."""
@@ -24,16 +25,18 @@ class LambdaInvoker:
         self._client = lambda_client
         self._functions = dict(function_names)
 
-    def __call__(self, payload: dict[str, Any]) -> None:
-        queue = str(payload["queue"])
+    def __call__(self, invocation: Invocation) -> None:
+        queue = str(invocation["queue"])
         function = self._functions.get(queue)
         if function is None:
             raise InvokeFailed(f"no worker function configured for queue {queue!r}")
         response = self._client.invoke(
             FunctionName=function,
             InvocationType="Event",
-            Payload=json.dumps(payload, separators=(",", ":")).encode(),
+            Payload=json.dumps(invocation, separators=(",", ":")).encode(),
         )
         status = int(response.get("StatusCode", 0))
         if status != ACCEPTED:
-            raise InvokeFailed(f"invoke of {function} for {payload.get('ticket')}: HTTP {status}")
+            raise InvokeFailed(
+                f"invoke of {function} for {invocation.get('ticket')}: HTTP {status}"
+            )

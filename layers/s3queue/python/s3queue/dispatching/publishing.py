@@ -102,6 +102,7 @@ class Publisher:
             [Ref(c.key, c.etag, c.size) for c in batch],
             created_ms=now,
             permit=permit,
+            partition=self.keys.lane_of(batch[0].key),  # a batch is one folder's
         )
         token = new_token()
         count = sum(c.count for c in batch)

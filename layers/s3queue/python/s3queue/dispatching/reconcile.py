@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 from s3queue.common.clock import Clock, ms
 from s3queue.common.events import Emitter
@@ -21,11 +20,11 @@ from s3queue.dispatching.cursor import Cursors
 from s3queue.errors import Conflict, MalformedMessage
 from s3queue.protocol.keys import QueueKeys
 from s3queue.protocol.lease import LeaderLease
-from s3queue.protocol.tickets import Ticket
+from s3queue.protocol.tickets import Invocation, Ticket
 from s3queue.storage.base import Entry, Storage, new_token, written_ago
 
-Invoker = Callable[[dict[str, Any]], None]
-"""Starts a worker on a ticket payload (Lambda ``Event`` invoke, or a local pool)."""
+Invoker = Callable[[Invocation], None]
+"""Starts a worker on a ticket (Lambda ``Event`` invoke, or a local pool)."""
 
 
 @dataclass(slots=True)
@@ -39,6 +38,16 @@ class Known:
     """This version's ``Last-Modified`` (S3's time of its write) ..."""
     served_ms: int = 0
     """... and S3's time in the answer that last showed it (its ``Date``)."""
+
+
+@dataclass(slots=True)
+class Reconciled:
+    """What a tick's reconcile found."""
+
+    reaped: int
+    """Expired claims put back as a new generation."""
+    finished: dict[str, Known]
+    """Tickets known until now and no longer listed: applied (or deleted), by key."""
 
 
 class Reconciler:
@@ -101,9 +110,11 @@ class Reconciler:
         self.emit("seal", self.clock.now_ms(), epoch=doc.epoch, seals=seals, holes=holes, ok=sealed)
         return sealed
 
-    def reconcile(self, listed: list[Entry], known: dict[str, Known], cursors: Cursors) -> int:
-        """Learn unknown tickets, drop fenced ones, forget finished ones, reap expired ones;
-        how many were reaped."""
+    def reconcile(
+        self, listed: list[Entry], known: dict[str, Known], cursors: Cursors
+    ) -> Reconciled:
+        """Learn unknown tickets, drop fenced ones, forget finished ones, reap expired ones:
+        how many were reaped, and the tickets that finished (no longer listed)."""
         doc = self.lease.doc
         assert doc is not None
         now, reaped = self.clock.now_ms(), 0
@@ -119,10 +130,10 @@ class Reconciler:
             found = known.get(entry.key) or self.learn(known, entry, now)
             if found is not None:
                 reaped += self._check(known, entry, found, now)
-        for key in [k for k in known if k not in seen]:
-            gone = known.pop(key)
+        finished = {key: known.pop(key) for key in [k for k in known if k not in seen]}
+        for gone in finished.values():
             cursors.finished(r.key for r in gone.ticket.refs)
-        return reaped
+        return Reconciled(reaped, finished)
 
     def _drop_fenced(self, entry: Entry) -> None:
         # No worker ever accepts it (LeaseDoc.accepts is stable while the ticket exists).
@@ -177,7 +188,7 @@ class Reconciler:
     def _reap(self, key: str, found: Known, now: int) -> int:
         """Expired claim: CAS the ticket to a new generation, then invoke a worker again."""
         # Work on a copy: if the PUT fails, memory must still hold the ticket as it is in S3.
-        ticket, owner = Ticket.decode(found.ticket.encode("")), found.ticket.owner
+        ticket, owner = found.ticket.copy(), found.ticket.owner
         ticket.expire(now)
         token = new_token()
         try:
@@ -197,7 +208,7 @@ class Reconciler:
         """Start a worker on the ticket; a failed invoke is retried after dispatch_timeout."""
         found.invoked_ms = now
         try:
-            self.invoker(found.ticket.to_payload(key, found.etag))
+            self.invoker(found.ticket.invocation(key, found.etag))
         except Exception as exc:  # noqa: BLE001 - a lost invoke is retried after dispatch_timeout
             self.emit("invoke_failed", now, ticket=key, error=repr(exc))
             return

@@ -108,7 +108,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
         return 0
     columns: tuple[str, ...] = ("queue", "pending", "delayed", "in_flight", "dead", "tickets")
     columns += ("oldest_age_s", "paused")
-    print_table(columns, [[row[c] for c in columns] for row in rows])
+    print_table(columns, [[dict(row)[c] for c in columns] for row in rows])
     warn_undispatched(conn, rows)
     return 0
 

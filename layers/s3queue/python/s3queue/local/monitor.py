@@ -6,18 +6,19 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Protocol
 
 from s3queue.dispatching.service import FATAL
 from s3queue.errors import EndpointUnreachable, StorageError
 from s3queue.local.pool import WorkerPool
+from s3queue.operations import admin
 from s3queue.storage.base import Storage
 
 log = logging.getLogger(__name__)
 
 Progress = Callable[[dict[str, dict[str, int]]], None]
 """Receives ``{queue: {pending, delayed, in_flight, processed, retried, dead_lettered, dlq}}``."""
-Stats = dict[str, dict[str, Any]]
+Stats = dict[str, admin.Stats]
 RETRY_INTERVAL = 2.0
 MAX_RETRY_INTERVAL = 30.0
 

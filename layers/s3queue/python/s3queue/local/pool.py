@@ -12,11 +12,12 @@ import logging
 import queue as queues
 import threading
 from collections.abc import Callable
-from typing import Any
+
+from s3queue.protocol.tickets import Invocation
 
 log = logging.getLogger(__name__)
 
-Payload = dict[str, Any]
+Payload = Invocation
 
 
 class WorkerPool:

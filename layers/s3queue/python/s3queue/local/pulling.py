@@ -20,11 +20,11 @@ import threading
 import time
 from collections.abc import Mapping
 from queue import Empty, SimpleQueue
-from typing import Any
 
 from s3queue.errors import StorageError
 from s3queue.local.pool import WorkerPool
 from s3queue.protocol.keys import QueueKeys
+from s3queue.protocol.tickets import Invocation
 from s3queue.storage.base import Storage
 from s3queue.working.pull import Puller
 
@@ -55,9 +55,9 @@ class PullLoop:
         }
         self.pool, self.stop, self.idle = pool, stop, idle
         self._turn = 0
-        self._held: SimpleQueue[dict[str, Any]] = SimpleQueue()
+        self._held: SimpleQueue[Invocation] = SimpleQueue()
 
-    def hold(self, payload: dict[str, Any]) -> None:
+    def hold(self, payload: Invocation) -> None:
         """A ticket this runtime's coordinator published and no thread was free to take: the
         next free thread takes it from here (any thread may call this)."""
         self._held.put(payload)
@@ -96,7 +96,7 @@ class PullLoop:
             taken += self._offer(name, puller.take(free))
         return taken
 
-    def _offer(self, name: str, payloads: list[dict[str, Any]]) -> int:
+    def _offer(self, name: str, payloads: list[Invocation]) -> int:
         taken = 0
         for payload in payloads:
             if self.pool.offer(payload):

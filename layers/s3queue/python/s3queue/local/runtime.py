@@ -35,6 +35,7 @@ from s3queue.local.pulling import PullLoop
 from s3queue.operations import admin
 from s3queue.protocol.deadletters import DeadLetter
 from s3queue.protocol.keys import QueueKeys
+from s3queue.protocol.tickets import Invocation
 from s3queue.storage.base import Storage
 from s3queue.working.worker import READ_AHEAD, Worker
 
@@ -61,7 +62,7 @@ class RunSummary:
     """What `run_local` did, and the queues as it left them."""
 
     queues: dict[str, QueueTally]
-    stats: dict[str, dict[str, Any]]
+    stats: dict[str, admin.Stats]
     dead_letters: dict[str, list[DeadLetter]]
     drained: bool
     elapsed: float
@@ -150,7 +151,7 @@ class _Runtime:
         self.server = threading.Thread(target=self._serve, name="s3queue-serve", daemon=True)
         self.puller = threading.Thread(target=self.pulling.run, name="s3queue-pull", daemon=True)
 
-    def _offer(self, payload: dict[str, Any]) -> None:
+    def _offer(self, payload: Invocation) -> None:
         # Not taken (no thread free): it stays pending, for a pull loop elsewhere, or for this
         # one's next free thread, which takes it from memory (no LIST, no GET).
         if not self.pool.offer(payload):
@@ -176,7 +177,7 @@ class _Runtime:
             self.failure = exc
             self.stop.set()
 
-    def _process(self, payload: dict[str, Any]) -> None:
+    def _process(self, payload: Invocation) -> None:
         name = str(payload.get("queue"))
         spec, worker = self.handlers.get(name), self.workers.get(name)
         if spec is None or worker is None:
@@ -185,18 +186,18 @@ class _Runtime:
         context = LocalContext(spec.settings.timeout, self.stop)
         worker.process(payload, spec.handler, remaining_ms=context.get_remaining_time_in_millis)
 
-    def stats(self) -> dict[str, dict[str, Any]]:
+    def stats(self) -> dict[str, admin.Stats]:
         now = self.clock.now_ms()
         return {
             name: admin.stats(self.storage, QueueKeys(self.prefix, name), now, self.tickets[name])
             for name in self.handlers
         }
 
-    def drained(self, stats: dict[str, dict[str, Any]]) -> bool:
-        busy = ("pending", "delayed", "in_flight", "tickets")
-        return self.pool.idle() and not any(s[k] for s in stats.values() for k in busy)
+    def drained(self, stats: dict[str, admin.Stats]) -> bool:
+        busy = [s["pending"] + s["delayed"] + s["in_flight"] + s["tickets"] for s in stats.values()]
+        return self.pool.idle() and not any(busy)
 
-    def snapshot(self, stats: dict[str, dict[str, Any]]) -> dict[str, dict[str, int]]:
+    def snapshot(self, stats: dict[str, admin.Stats]) -> dict[str, dict[str, int]]:
         out: dict[str, dict[str, int]] = {}
         for name, s in stats.items():
             tally = self.tally.queues[name]

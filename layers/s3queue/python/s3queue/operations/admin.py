@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Collection, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import TypedDict
 
 from s3queue.errors import Conflict, MalformedMessage, QueueNotFound, StorageError
 from s3queue.protocol import deadletters, markers
@@ -60,9 +60,38 @@ def _ticket_refs(body: bytes) -> dict[str, int] | None:
     return {ref.key: -sum(1 for r, _ in done if r == ref.key) for ref in ticket.refs}
 
 
+class Counts(TypedDict):
+    """A queue's or a partition's messages by state (`stats`)."""
+
+    pending: int
+    delayed: int
+    in_flight: int
+    oldest_age_s: float
+    """Seconds since the oldest pending message became ready (0.0: none pending)."""
+
+
+class Stats(Counts):
+    """What `stats` (and `Queue.stats`, ``s3queue stats``) answers."""
+
+    queue: str
+    dead: int
+    tickets: int
+    """Live tickets (dispatched, not yet applied)."""
+    partitions: dict[str, Counts]
+    """By partition name ("" for the default partition)."""
+
+
+class QueueStats(Stats):
+    """`Queue.stats`: `Stats`, and what dispatch holds back (two GETs more)."""
+
+    paused: bool
+    held: dict[str, int]
+    """Ready messages held back, by why: ``paused``, and the leader's limits (holds.py)."""
+
+
 def stats(
     storage: Storage, keys: QueueKeys, now_ms: int, cache: TicketCache | None = None
-) -> dict[str, Any]:
+) -> Stats:
     """Counts of pending, delayed, in-flight and dead messages; what it costs: module docstring."""
     cache = {} if cache is None else cache
     in_flight_keys = in_flight(storage, keys, cache)
@@ -79,13 +108,13 @@ def stats(
             else:
                 counts.pending += count
                 counts.oldest = ready_ms if counts.oldest is None else min(counts.oldest, ready_ms)
-    return {
-        "queue": keys.queue,
+    return Stats(
+        queue=keys.queue,
         **total.as_dict(now_ms),
-        "dead": count_dead_letters(storage, keys),
-        "tickets": tickets,
-        "partitions": {name: partitions[name].as_dict(now_ms) for name in sorted(partitions)},
-    }
+        dead=count_dead_letters(storage, keys),
+        tickets=tickets,
+        partitions={name: partitions[name].as_dict(now_ms) for name in sorted(partitions)},
+    )
 
 
 @dataclass(slots=True)
@@ -95,14 +124,14 @@ class _Counts:
     in_flight: int = 0
     oldest: int | None = None
 
-    def as_dict(self, now_ms: int) -> dict[str, Any]:
+    def as_dict(self, now_ms: int) -> Counts:
         oldest = self.oldest
-        return {
-            "pending": self.pending,
-            "delayed": self.delayed,
-            "in_flight": self.in_flight,
-            "oldest_age_s": round((now_ms - oldest) / 1000, 3) if oldest is not None else 0.0,
-        }
+        return Counts(
+            pending=self.pending,
+            delayed=self.delayed,
+            in_flight=self.in_flight,
+            oldest_age_s=round((now_ms - oldest) / 1000, 3) if oldest is not None else 0.0,
+        )
 
 
 def iter_messages(storage: Storage, keys: QueueKeys) -> Iterator[tuple[Entry, int, int]]:

@@ -270,7 +270,7 @@ class Queue:
 
         return GroupCommit(self, window=window, max_messages=max_messages)
 
-    def stats(self) -> dict[str, Any]:
+    def stats(self) -> admin.QueueStats:
         """Counts of pending, delayed, in-flight and dead messages, and the oldest's age.
 
         Costs one LIST per 1,000 keys of the queue, and one GET per ticket that changed since
@@ -282,13 +282,12 @@ class Queue:
         now = self.clock.now_ms()
         counts = admin.stats(self.storage, self.keys, now, self._tickets)
         paused = self.paused()
-        counts["paused"] = paused
         limited = read_holds(self.storage, self.keys.holds, now)
-        counts["held"] = {
+        held = {
             **{reason: limited.get(reason, 0) for reason in HELD_REASONS},
             "paused": counts["pending"] if paused else 0,
         }
-        return counts
+        return admin.QueueStats(**counts, paused=paused, held=held)
 
     def pause(self) -> None:
         """Dispatch nothing new until `resume`: enqueues are still accepted and tickets in flight

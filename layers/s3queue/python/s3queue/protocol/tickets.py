@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
-from typing import Any, Literal
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any, Literal, NotRequired, TypedDict
 
 from s3queue.errors import MalformedMessage
 from s3queue.protocol.deadletters import bound_traceback
 from s3queue.protocol.permits import Permit
 from s3queue.protocol.records import FORMAT
+
+if TYPE_CHECKING:
+    from s3queue.protocol.keys import QueueKeys
 
 TICKET_TRACEBACK_CHARS = 128 * 1024
 """The tracebacks one ticket keeps in all: its document travels in a Lambda invoke (1 MB for an
@@ -28,6 +31,20 @@ OutcomeKind = Literal["done", "retry", "dead", "release", "skip"]
 skip: an explicit-id message handled elsewhere (its marker is done, or names another key),
 retired without running."""
 TicketState = Literal["pending", "claimed", "committed"]
+
+
+class Invocation(TypedDict):
+    """What the coordinator sends a worker to start it on a ticket: a Lambda ``Event`` invoke's
+    JSON, or a local pool's item. (A message's stored large body is its *payload*, payload.py:
+    the word means that alone.)"""
+
+    queue: str
+    ticket: str
+    """The ticket's key."""
+    etag: str
+    """The ticket's ETag as published: the worker claims it If-Match, without a GET."""
+    doc: NotRequired[dict[str, Any]]
+    """The ticket document, up to `INLINE_DOC_BYTES` encoded; else the worker GETs it."""
 
 
 @dataclass(slots=True)
@@ -142,6 +159,34 @@ class Ticket:
     """The claim's lease: it expires this long after the ticket's last write, by S3's time
     (`storage.base.written_ago`); 0 in a ticket written by an older version (then
     ``lease_until``, the holder's clock, is what the reaper goes by)."""
+    partition: str | None = None
+    """The folder of every message the ticket refs (`QueueKeys.partition`: a partition's or a
+    priority lane's; None the default partition's): the leader plans a ticket from one
+    folder's listing, so its consumers never parse it back out of a key."""
+    partition_known: bool = True
+    """False for a ticket an older version wrote (no ``part``): `folder` reads it off the first
+    ref's key, as that version did, while a rolling deploy mixes them."""
+
+    def folder(self, keys: QueueKeys) -> QueueKeys:
+        """`keys` seen from the folder of the ticket's messages (`QueueKeys.partitioned`)."""
+        if self.partition_known or not self.refs:
+            return keys.partitioned(self.partition)
+        return keys.owning(self.refs[0].key)
+
+    def tenant(self, keys: QueueKeys) -> str | None:
+        """The partition of the ticket's messages (its folder's, without a priority)."""
+        return self.folder(keys).tenant
+
+    def copy(self) -> Ticket:
+        """A copy to change apart from this one (its lists, refs' counts and history entries
+        are its own): how the leader hands an in-process worker its ticket, or reaps one,
+        without an encode and a decode."""
+        return replace(
+            self,
+            refs=[replace(r, expiries=dict(r.expiries)) for r in self.refs],
+            outcomes=[replace(o) for o in self.outcomes],
+            history=[dict(h) for h in self.history],
+        )
 
     def claim_expired(self, written_ago_ms: int, now_ms: int, skew_ms: int) -> bool:
         """Whether a claimed ticket's lease has run out: by S3's time since its last write,
@@ -176,6 +221,8 @@ class Ticket:
             doc["lease"] = self.lease_ms
         if self.applied:
             doc["applied"] = self.applied
+        if self.partition_known:
+            doc["part"] = self.partition
         return json.dumps(doc, separators=(",", ":")).encode()
 
     @classmethod
@@ -201,6 +248,8 @@ class Ticket:
                 permit=Permit.from_json(doc.get("permit")),
                 lease_ms=int(doc.get("lease", 0)),
                 applied=int(doc.get("applied", 0)),
+                partition=doc.get("part"),
+                partition_known="part" in doc,
             )
         except (ValueError, KeyError, TypeError) as exc:
             raise MalformedMessage(f"undecodable ticket: {exc}") from exc
@@ -210,14 +259,14 @@ class Ticket:
         """The messages a rate-limited ticket asks its counters for (its permit says)."""
         return self.permit.messages if self.permit is not None else 0
 
-    def to_payload(self, key: str, etag: str) -> dict[str, Any]:
+    def invocation(self, key: str, etag: str) -> Invocation:
         """What the coordinator sends a worker: enough to claim without reading the ticket,
         or, for a document above `INLINE_DOC_BYTES`, a reference the worker GETs."""
-        payload: dict[str, Any] = {"queue": self.queue, "ticket": key, "etag": etag}
+        invocation = Invocation(queue=self.queue, ticket=key, etag=etag)
         encoded = self.encode("")
         if len(encoded) <= INLINE_DOC_BYTES:
-            payload["doc"] = json.loads(encoded)
-        return payload
+            invocation["doc"] = json.loads(encoded)
+        return invocation
 
     def record(self, outcome: Outcome) -> None:
         """Add an outcome, its traceback cut to what is left of `TICKET_TRACEBACK_CHARS` (none

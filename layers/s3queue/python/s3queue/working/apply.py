@@ -104,7 +104,7 @@ class _Step:
     def add(self, ref: Ref) -> None:
         """Write `ref`'s copies (its source is retired with the step)."""
         outcomes = self.by_ref.get(ref.key, [])
-        owning = self.keys.owning(ref.key)  # copies stay in the message's partition
+        owning = self.ticket.folder(self.keys)  # copies stay in the message's partition
         if not outcomes or _untouched(owning, self.ticket, ref, outcomes):
             return
         loaded = self.loader(ref)
@@ -153,7 +153,7 @@ def _retire(storage: Storage, keys: QueueKeys, ticket: Ticket, sources: list[str
     etags = {r.key: r.etag for r in ticket.refs}
     originals: list[str] = []
     for key in sources:
-        owning = keys.owning(key)
+        owning = ticket.folder(keys)
         parsed = owning.parse_msg(key)
         if parsed is not None and parsed.origin is not None:
             # Conflict: already a tombstone (another applier), or long gone.

@@ -38,6 +38,16 @@ class Claim:
         self.next_beat_ms = 0
         self.loaded: dict[str, Loaded | None] = {}
 
+    def take(self, owner: str, first: tuple[str, str] | None) -> None:
+        """Claim the pending ticket for `owner`, noting `first` (the first ref's key and its
+        first message's id) as running; LeaseLost if someone else changed it first."""
+        with self.lock:
+            self.ticket.state, self.ticket.owner = "claimed", owner
+            if first is not None:
+                ticket = self.ticket
+                ticket.running, ticket.running_index, ticket.running_id = first[0], 0, first[1]
+        self.write()
+
     def write(self, *, lease: bool = True) -> None:
         """CAS the ticket as it now is; LeaseLost if someone else changed it."""
         with self.lock:
@@ -70,6 +80,23 @@ class Claim:
         """Add an outcome; the next heartbeat (due before the next start) or the commit saves it."""
         with self.lock:
             self.ticket.record(outcome)
+
+    def note_running(self, ref: str, index: int, message_id: str) -> bool:
+        """Note the message that starts next (the next write saves it; `Ticket.expire` counts a
+        delivery for it alone); whether it was noted already (the claim's first message)."""
+        with self.lock:
+            ticket = self.ticket
+            noted = ticket.running == ref and ticket.running_index == index
+            ticket.running, ticket.running_index, ticket.running_id = ref, index, message_id
+            return noted
+
+    def commit(self) -> None:
+        """Write every outcome with the ticket committed: the commit point (LeaseLost if the
+        claim was lost first)."""
+        with self.lock:
+            self.ticket.state = "committed"
+            self.ticket.committed_ms = self.worker.clock.now_ms()
+        self.write(lease=False)
 
 
 def heartbeat_loop(claim: Claim, stop: threading.Event, interval: float) -> None:

@@ -54,21 +54,6 @@ class Runner:
         self.storage, self.keys, self.settings = storage, keys, settings
         self.clock, self.rng, self.emit = clock, rng, emit
 
-    def handle(
-        self,
-        handler: Handler,
-        ref: Ref,
-        index: int,
-        record: Record,
-        error: str | None,
-        redelivered: bool,
-    ) -> Outcome:
-        """The outcome of one message: dead or skipped without running, else the handler's."""
-        settled = self.settle(ref, index, record, error)
-        if settled is not None:
-            return settled
-        return self.start(handler, ref, index, record, redelivered)
-
     def settle(self, ref: Ref, index: int, record: Record, error: str | None) -> Outcome | None:
         """The outcome of a message that does not run: malformed, out of deliveries, or an
         explicit id that is not this record's to run; None if it runs (an explicit id's marker
@@ -92,13 +77,21 @@ class Runner:
         return None
 
     def start(
-        self, handler: Handler, ref: Ref, index: int, record: Record, redelivered: bool
+        self,
+        handler: Handler,
+        ref: Ref,
+        index: int,
+        record: Record,
+        *,
+        redelivered: bool,
+        partition: str | None,
     ) -> Outcome:
-        """Run the handler on a message `settle` let through; its outcome."""
+        """Run the handler on a message `settle` let through; its outcome. `partition`: the
+        ticket's (`Ticket.tenant`), which the `Message` shows."""
         attempt = record.attempt + ref.counted(index)
         now = self.clock.now_ms()
         try:
-            message = self._message(ref, record, attempt, redelivered or record.redelivered)
+            message = self._message(record, attempt, redelivered or record.redelivered, partition)
         except PayloadMissing as exc:
             return self.outcome(ref, record, "dead", _describe(exc), attempt)
         except StorageError as exc:  # reading its payload failed: a failed delivery, retried
@@ -114,7 +107,9 @@ class Runner:
         )
         return self._call(handler, message, ref, record)
 
-    def _message(self, ref: Ref, record: Record, attempt: int, redelivered: bool) -> Message:
+    def _message(
+        self, record: Record, attempt: int, redelivered: bool, partition: str | None
+    ) -> Message:
         """The handler's view of `record`; a stored payload up to `max_message_bytes` is read
         into `body` (one GET), a larger one only if the handler opens it."""
         queue = self.keys.queue
@@ -134,7 +129,7 @@ class Runner:
             queue,
             f"{queue}:{record.id}",
             redelivered,
-            self.keys.partition_of(ref.key),
+            partition,
             dict(record.attributes),
             size,
             opener,

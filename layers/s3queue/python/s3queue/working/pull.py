@@ -34,12 +34,11 @@ a fenced ticket waits for the leader to drop it, and polling it in a loop would 
 from __future__ import annotations
 
 from collections.abc import Callable, Collection
-from typing import Any
 
 from s3queue.common.clock import Clock, SystemClock
 from s3queue.errors import MalformedMessage
 from s3queue.protocol.keys import QueueKeys
-from s3queue.protocol.tickets import Ticket
+from s3queue.protocol.tickets import Invocation, Ticket
 from s3queue.storage.base import Storage
 
 RETRY_MS = 2_000
@@ -58,14 +57,14 @@ class Puller:
         """Ticket key -> (ETag, when) it was last offered."""
         self._seen: dict[str, str] = {}
         """Ticket key -> the ETag it had when it was not claimable (claimed, committed, bad)."""
-        self._pending: dict[str, tuple[str | None, dict[str, Any]]] = {}
+        self._pending: dict[str, tuple[str | None, Invocation]] = {}
         """Ticket key -> (its partition, its payload) while its ETag is the payload's."""
         self._known: dict[str, int] = {}
         """Pending ticket key -> when it was last known pending (learnt, or listed unchanged)."""
         self._served: str | None = None
         self._turns = False
 
-    def learn(self, payload: dict[str, Any]) -> None:
+    def learn(self, payload: Invocation) -> None:
         """A pending ticket's payload as its publisher has it (this process's coordinator, which
         found no free thread for it): pulled without a GET, by `take` at once."""
         key, doc = str(payload["ticket"]), payload.get("doc")
@@ -75,11 +74,11 @@ class Puller:
             ticket = Ticket.decode(doc)
         except MalformedMessage:
             return
-        partition = self.keys.partition_of(ticket.refs[0].key) if ticket.refs else None
+        partition = ticket.tenant(self.keys)
         self._pending[key] = (partition, payload)
         self._known[key] = self.clock.now_ms()
 
-    def take(self, limit: int) -> list[dict[str, Any]]:
+    def take(self, limit: int) -> list[Invocation]:
         """Up to `limit` payloads known to be pending within `TRUST_MS`, no request."""
         now = self.clock.now_ms()
         return self._hand_out(limit, now, lambda key: now - self._known.get(key, 0) < TRUST_MS)
@@ -93,7 +92,7 @@ class Puller:
             if key not in self._offered
         )
 
-    def poll(self, limit: int, busy: Collection[str] = ()) -> list[dict[str, Any]]:
+    def poll(self, limit: int, busy: Collection[str] = ()) -> list[Invocation]:
         """Up to `limit` payloads of pending tickets (as the coordinator would invoke with);
         the tickets in `busy` (this process works them) are left alone."""
         if limit <= 0:
@@ -120,21 +119,19 @@ class Puller:
 
     def _hand_out(
         self, limit: int, now: int, usable: Callable[[str], bool] | None = None
-    ) -> list[dict[str, Any]]:
+    ) -> list[Invocation]:
         taken = self._in_turn(limit, usable) if limit > 0 else []
         for payload in taken:
             self._offered[payload["ticket"]] = (payload["etag"], now)
         return taken
 
-    def forget(self, payload: dict[str, Any]) -> None:
+    def forget(self, payload: Invocation) -> None:
         """`payload` was not taken after all (no free thread): offer it again at the next poll."""
         self._offered.pop(str(payload["ticket"]), None)
 
-    def _in_turn(
-        self, limit: int, usable: Callable[[str], bool] | None = None
-    ) -> list[dict[str, Any]]:
+    def _in_turn(self, limit: int, usable: Callable[[str], bool] | None = None) -> list[Invocation]:
         """`limit` pending payloads, one partition at a time, after the last one served."""
-        queues: dict[str | None, list[dict[str, Any]]] = {}
+        queues: dict[str | None, list[Invocation]] = {}
         for key in sorted(self._pending):
             if key in self._offered or (usable is not None and not usable(key)):
                 continue
@@ -144,7 +141,7 @@ class Puller:
         if self._turns and self._served in queues:
             at = order.index(self._served) + 1
             order = order[at:] + order[:at]
-        taken: list[dict[str, Any]] = []
+        taken: list[Invocation] = []
         while len(taken) < limit and any(queues.values()):
             for partition in order:
                 if queues[partition] and len(taken) < limit:
@@ -163,5 +160,5 @@ class Puller:
         if ticket is None or ticket.state != "pending":
             self._seen[key] = obj.etag
             return
-        partition = self.keys.partition_of(ticket.refs[0].key) if ticket.refs else None
-        self._pending[key] = (partition, ticket.to_payload(key, obj.etag))
+        partition = ticket.tenant(self.keys)
+        self._pending[key] = (partition, ticket.invocation(key, obj.etag))

@@ -42,11 +42,11 @@ class Throttle:
 
     @classmethod
     def of(
-        cls, storage: Storage, keys: QueueKeys, clock: Clock, permit: Permit, first_key: str
+        cls, storage: Storage, keys: QueueKeys, clock: Clock, permit: Permit, partition: str | None
     ) -> Throttle:
+        """The throttle of a ticket of `partition` (its messages' partition)."""
         counters = []
         if permit.partition_rate:
-            partition = keys.partition_of(first_key)  # a ticket holds one partition's messages
             counters.append((keys.budget(partition), permit.partition_rate))
         if permit.rate:
             counters.append((keys.budget(None, whole=True), permit.rate))

@@ -32,7 +32,7 @@ from s3queue.errors import LeaseLost, S3QueueError
 from s3queue.protocol.keys import QueueKeys, check_queue_name
 from s3queue.protocol.lease import read_lease
 from s3queue.protocol.records import Record
-from s3queue.protocol.tickets import Outcome, OutcomeKind, Ref, Ticket
+from s3queue.protocol.tickets import Invocation, Outcome, OutcomeKind, Ref, Ticket
 from s3queue.storage.base import Storage
 from s3queue.working.apply import apply_ticket
 from s3queue.working.claim import Beating, Claim
@@ -112,14 +112,14 @@ class Worker:
 
     def process(
         self,
-        payload: dict[str, Any],
+        invocation: Invocation,
         handler: Handler,
         *,
         remaining_ms: Callable[[], int] | None = None,
     ) -> WorkResult:
-        """Work one ticket from a coordinator's payload ({queue, ticket, etag, doc})."""
-        key = str(payload["ticket"])
-        found = self._ticket(payload, key)
+        """Work one ticket a coordinator sent (an `Invocation`: {queue, ticket, etag, doc})."""
+        key = str(invocation["ticket"])
+        found = self._ticket(invocation, key)
         if found is None:
             return WorkResult(key, "gone")
         ticket, etag = found
@@ -146,7 +146,7 @@ class Worker:
         permit = ticket.permit
         if permit is None or not permit.limited or ticket.state != "pending" or not ticket.refs:
             return None
-        return Throttle.of(self.storage, self.keys, self.clock, permit, ticket.refs[0].key)
+        return Throttle.of(self.storage, self.keys, self.clock, permit, ticket.tenant(self.keys))
 
     def _time_short(self, remaining_ms: Callable[[], int] | None) -> str | None:
         if remaining_ms is not None and remaining_ms() < self.time_margin_ms:
@@ -192,9 +192,7 @@ class Worker:
         try:
             with Beating(claim, self.heartbeat_thread):
                 self._run(claim, guard, remaining_ms, throttle)
-            claim.ticket.state = "committed"
-            claim.ticket.committed_ms = self.clock.now_ms()
-            claim.write(lease=False)
+            claim.commit()
         except LeaseLost:
             self.emit("lease_lost", self.clock.now_ms(), ticket=key, owner=self.owner)
             guard.reraise()
@@ -233,9 +231,10 @@ class Worker:
         self.emit("apply_paused", self.clock.now_ms(), ticket=key, applied=ticket.applied)
         return False
 
-    def _ticket(self, payload: dict[str, Any], key: str) -> tuple[Ticket, str] | None:
-        if payload.get("doc") and payload.get("etag"):
-            return Ticket.decode(payload["doc"]), str(payload["etag"])
+    def _ticket(self, invocation: Invocation, key: str) -> tuple[Ticket, str] | None:
+        doc, etag = invocation.get("doc"), invocation.get("etag")
+        if doc and etag:
+            return Ticket.decode(doc), str(etag)
         obj = self.storage.get(key)
         return None if obj is None else (Ticket.decode(obj.body), obj.etag)
 
@@ -255,12 +254,11 @@ class Worker:
                 return WorkResult(key, "applied", list(ticket.outcomes))
             if ticket.state == "claimed":
                 return WorkResult(key, "busy")
-            ticket.state, ticket.owner = "claimed", self.owner
-            self._note_first(ticket, preloaded, remaining_ms)
+            first = self._first(ticket, preloaded, remaining_ms)
             claim = Claim(self, key, ticket, etag)
             claim.loaded.update(preloaded)
             try:
-                claim.write()
+                claim.take(self.owner, first)
             except LeaseLost:
                 obj = self.storage.get(key)
                 if obj is None:
@@ -278,28 +276,27 @@ class Worker:
         self.emit("lost_race", self.clock.now_ms(), ticket=key, op="claim")
         return WorkResult(key, "busy")
 
-    def _note_first(
+    def _first(
         self,
         ticket: Ticket,
         preloaded: dict[str, Loaded | None],
         remaining_ms: Callable[[], int] | None,
-    ) -> None:
+    ) -> tuple[str, str] | None:
         """On a first delivery, read the first object before the claim, so that the claim can
         record its first message as running (it starts next, with no I/O between): a lease
-        expiry then counts that delivery for it alone (Ticket.expire), at no extra request."""
+        expiry then counts that delivery for it alone (Ticket.expire), at no extra request.
+        That message's ref key and id; None when there is none to note."""
         if ticket.generation > 0 or not ticket.refs:
-            return
+            return None
         if remaining_ms is not None and remaining_ms() < self.time_margin_ms:
-            return  # it will be released, not started
+            return None  # it will be released, not started
         ref = ticket.refs[0]
         first = self._load(ref, preloaded)
         # An explicit id reads (and starts) its marker before it runs: not noted here, so that
         # a crash in that I/O counts no delivery for it (`Runner.settle`).
-        if first is not None and first.records and first.error is None:
-            if first.records[0].dedup:
-                return
-            ticket.running, ticket.running_index = ref.key, 0
-            ticket.running_id = first.records[0].id
+        if first is None or not first.records or first.error is not None:
+            return None
+        return None if first.records[0].dedup else (ref.key, first.records[0].id)
 
     def _read_ahead(self, refs: list[Ref], cache: dict[str, Loaded | None]) -> None:
         """Read `refs`' objects at once, into `cache`: a ticket's GETs overlap instead of
@@ -337,6 +334,7 @@ class Worker:
         throttle: Throttle | None,
     ) -> None:
         loaded = claim.loaded
+        partition = claim.ticket.tenant(self.keys)
         recorded = {(o.ref, o.id): o.kind for o in claim.ticket.outcomes}
         failed_groups: set[str] = set()
         left = claim.ticket.permit_messages
@@ -361,8 +359,14 @@ class Worker:
                 self._before_start(claim, ref, index, record)
                 if throttle is not None:
                     throttle.started()
-                redelivered = claim.ticket.generation > 0
-                outcome = self.runner.start(guard, ref, index, record, redelivered)
+                outcome = self.runner.start(
+                    guard,
+                    ref,
+                    index,
+                    record,
+                    redelivered=claim.ticket.generation > 0,
+                    partition=partition,
+                )
             if outcome.kind == "retry" and record.group is not None:
                 failed_groups.add(record.group)
             claim.record(outcome)
@@ -397,11 +401,8 @@ class Worker:
         outcomes so far and notes which message starts, so a lease expiry counts a delivery
         for it and for no other message (Ticket.expire). On a redelivered ticket, where a
         worker-killing message is likely, note it before every start (one PUT each)."""
-        ticket = claim.ticket
-        noted = ticket.running == ref.key and ticket.running_index == index
-        with claim.lock:
-            ticket.running, ticket.running_index, ticket.running_id = ref.key, index, record.id
-        if (ticket.generation > 0 and not noted) or self.clock.now_ms() >= claim.next_beat_ms:
+        noted = claim.note_running(ref.key, index, record.id)
+        if (claim.ticket.generation > 0 and not noted) or self.clock.now_ms() >= claim.next_beat_ms:
             claim.beat()
 
     def _messages(
@@ -420,8 +421,7 @@ class Worker:
     def _release(self, claim: Claim, ref: Ref, record: Record, why: str) -> None:
         now = self.clock.now_ms()
         self.emit("release", now, ticket=claim.key, message_id=record.id, reason=why)
-        with claim.lock:
-            claim.ticket.outcomes.append(Outcome(ref.key, record.id, "release", now, why))
+        claim.record(Outcome(ref.key, record.id, "release", now, why))
 
 
 def _window(refs: list[Ref], at: int) -> list[Ref]:
