@@ -10,6 +10,8 @@ its settlement leaves the question to its successor's seal.
 from __future__ import annotations
 
 import contextlib
+import os
+from pathlib import Path
 from typing import Any
 
 from harness import Harness, Recorder
@@ -194,3 +196,18 @@ def test_a_zombie_start_of_a_released_message_does_not_strand_its_marker() -> No
     markers.point_from(ZombieFirst(), keys, "order-1", source, copy)  # type: ignore[arg-type]
     moved = markers.read(inner, keys, "order-1")
     assert moved is not None and moved.marker == markers.Marker(markers.PENDING, copy)
+
+
+def test_purge_takes_the_payloads_of_what_it_purged_and_nothing_on_its_way(
+    tmp_path: Path,
+) -> None:
+    h = Harness()
+    big = tmp_path / "big.bin"
+    big.write_bytes(os.urandom(300 * 1024))
+    h.queue.enqueue_file(big, delay=60)
+    [purged_blob] = h.keys("blobs/")
+    # a payload whose record is still on its way (a producer between its two PUTs)
+    on_its_way = h.queue.keys.blob("01ARZ3NDEKTSV4RRFFQ69G5FAV")
+    h.storage.put(on_its_way, b"x" * 10)
+    assert h.queue.purge() == 1
+    assert h.keys("blobs/") == [on_its_way] and purged_blob != on_its_way

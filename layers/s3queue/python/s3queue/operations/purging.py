@@ -8,7 +8,7 @@ it must delete only what it listed, and leave alone what keeps the protocol safe
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Iterator
 
 from s3queue.errors import MalformedMessage, QueueNotFound
 from s3queue.operations.admin import dead_count, dead_payload_keys, message_count
@@ -31,21 +31,26 @@ def purge(storage: Storage, keys: QueueKeys, *, include_dlq: bool = False) -> in
     - tombstones stay: they keep a late applier from creating a consumed copy again;
     - dedup markers stay: a purged id's marker still names its key, so enqueueing the id again
       puts the message back there (writer.py: `put_once`), while a handled id stays handled;
-    - a payload uploaded after the purge began is kept (its record may be on its way).
+    - a stored payload goes with the record purge deleted that named it (a GET per record,
+      paid only when the queue has any under ``blobs/``); any other (a message on its way, in
+      flight, or a dead producer's upload: ``s3queue gc``) stays.
     """
-    head = storage.list(keys.root, limit=1).entries
-    if not head:
+    if not storage.list(keys.root, limit=1).entries:
         raise QueueNotFound(f"queue {keys.queue!r} has no objects under {keys.root}")
-    began_ms = head[0].served_ms
     live = _live_refs(storage, keys)
-    purged = _delete_prefix(storage, keys, keys.inbox, live, lambda entry: 1)
-    purged += _delete_prefix(storage, keys, keys.msg, live, lambda e: message_count(keys, e))
+    blobs: set[str] | None = set() if storage.list(keys.blobs, limit=1).entries else None
+    purged = _delete_prefix(storage, keys, keys.inbox, live, lambda entry: 1, blobs)
+    purged += _delete_prefix(storage, keys, keys.msg, live, lambda e: message_count(keys, e), blobs)
     purged += _delete_prefix(
-        storage, keys, keys.parts, live, lambda e: message_count(keys.owning(e.key), e)
+        storage, keys, keys.parts, live, lambda e: message_count(keys.owning(e.key), e), blobs
     )
     if include_dlq:
+        if blobs is not None:  # a dead letter written before they kept theirs in dlq/
+            blobs.update(k for k in dead_payload_keys(storage, keys) if k.startswith(keys.blobs))
         purged += _delete_prefix(storage, keys, keys.dlq, set(), lambda e: dead_count(keys, e))
-    _purge_blobs(storage, keys, live, began_ms, include_dlq=include_dlq)
+    doomed = sorted(blobs or ())
+    for at in range(0, len(doomed), 1000):
+        storage.delete_many(doomed[at : at + 1000])
     return purged
 
 
@@ -61,28 +66,14 @@ def _live_refs(storage: Storage, keys: QueueKeys) -> set[str]:
     return held
 
 
-def _purge_blobs(
-    storage: Storage, keys: QueueKeys, live: set[str], began_ms: int, *, include_dlq: bool
-) -> None:
-    """Delete the ``blobs/`` payloads (payload.py) that no dead letter kept and no message a
-    live ticket holds refers to, and that were there when the purge began; one LIST when there
-    are none, else a GET per dead letter and per held message."""
-    if not storage.list(keys.blobs, limit=1).entries:
-        return
-    held = set() if include_dlq else set(dead_payload_keys(storage, keys))
-    for key in live:
-        obj = storage.get(key)
+def _payloads(storage: Storage, keys: QueueKeys, entries: list[Entry]) -> Iterator[str]:
+    """The ``blobs/`` payloads the records of `entries` name (a GET each)."""
+    for entry in entries:
+        obj = storage.get(entry.key)
         with contextlib.suppress(MalformedMessage, ValueError):
             for record in decode_records(obj.body) if obj is not None else ():
-                if record.payload is not None:
-                    held.add(record.payload.key)
-    doomed = [
-        e.key
-        for e in iter_keys(storage, keys.blobs)
-        if e.key not in held and not (began_ms and e.last_modified_ms >= began_ms)
-    ]
-    for start in range(0, len(doomed), 1000):
-        storage.delete_many(doomed[start : start + 1000])
+                if record.payload is not None and record.payload.key.startswith(keys.blobs):
+                    yield record.payload.key
 
 
 def _delete_prefix(
@@ -91,15 +82,19 @@ def _delete_prefix(
     prefix: str,
     keep: Collection[str],
     weigh: Callable[[Entry], int],
+    blobs: set[str] | None = None,
 ) -> int:
     """Delete every object under `prefix` but `keep` and tombstones, each by ``If-Match`` of
-    the version listed; the sum of `weigh` over them."""
+    the version listed; the sum of `weigh` over them. Into `blobs` (unless None): the payloads
+    their records name."""
     deleted, after = 0, None
     while True:
         page = storage.list(prefix, start_after=after)
         doomed = [
             e for e in page.entries if e.key not in keep and not keys.is_tombstone(e.key, e.size)
         ]
+        if doomed and blobs is not None:
+            blobs.update(_payloads(storage, keys, doomed))
         if doomed:
             storage.delete_many((e.key for e in doomed), if_match={e.key: e.etag for e in doomed})
             deleted += sum(weigh(e) for e in doomed)
