@@ -129,7 +129,7 @@ FAMILIES: dict[str, dict[str, Any]] = {
     "sharded": {
         # ungrouped messages over 4 shards, then 1, 3 after a producer crash (protocol/shards.py)
         "shards": (4, 1, 3),
-        "mix": SEAMS_MIX,
+        "mix": replace(SEAMS_MIX, purges=0.0),  # its FIFO check needs its groups whole
         "producer_hazards": PRODUCER_HAZARDS,
         "worker_hazards": WORKER_CRASHES,
         "faults": {"lost_response": 0.02, "error_before": 0.01},
@@ -184,7 +184,8 @@ def test_simulated_chaos(family: str, seed: int) -> None:
 @pytest.mark.parametrize(("family", "seed"), _cases(KNOWN_FIFO))
 def test_simulated_fifo(family: str, seed: int) -> None:
     report = family_run(family, seed).report
-    assert report.counts["groups"] >= 3 and report.counts["grouped"] >= 20, report.counts
+    # enough to check: producer crashes and purges take some (a run differs between processes)
+    assert report.counts["groups"] >= 3 and report.counts["grouped"] >= 15, report.counts
     assert "fifo" not in report.invariants(), report.summary()
 
 
@@ -245,6 +246,8 @@ def test_the_seams_family_takes_its_steps() -> None:
     assert len(ran_files) >= 2, f"files {files}, of which ran {ran_files}"
     ran = {e["id"] for e in result.history.of("exec")}
     assert ran & {e["id"] for e in result.history.of("redrive")}, "no redriven message ran"
+    purges = [family_run("seams", seed).history.of("purge_done") for seed in SEEDS]
+    assert any(p and p[0]["count"] for p in purges), "no purge took anything mid-run"
 
 
 def test_the_sharded_family_changes_its_layout_while_it_runs() -> None:
