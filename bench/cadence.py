@@ -31,7 +31,8 @@ from typing import Any
 from s3queue.common.clock import FakeClock
 from s3queue.contract import environment as config
 from s3queue.dispatching.coordinator import Coordinator
-from s3queue.dispatching.service import Gauges, ServeSettings, serve
+from s3queue.dispatching.gauges import Gauges
+from s3queue.dispatching.service import ServeSettings, serve
 from s3queue.local.metering import RequestCounter
 from s3queue.local.seaweed import ANY_CREDENTIALS
 from s3queue.producing.producer import Queue

@@ -29,8 +29,10 @@ from typing import Any
 from s3queue.common.events import Event
 from s3queue.contract.settings import CoordinatorSettings, QueueSettings
 from s3queue.dispatching.coordinator import Coordinator
+from s3queue.dispatching.gauges import Gauges
 from s3queue.dispatching.invoke import LambdaInvoker
-from s3queue.dispatching.service import Gauges, hot_queues, serve
+from s3queue.dispatching.s3events import hot_queues
+from s3queue.dispatching.service import serve
 from s3queue.dispatching.sizing import Pace
 from s3queue.errors import S3QueueError
 from s3queue.message import Message

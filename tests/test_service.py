@@ -17,7 +17,8 @@ from s3queue.contract import metric_names
 from s3queue.contract.names import queue_of_key
 from s3queue.contract.settings import QueueSettings
 from s3queue.dispatching.coordinator import Coordinator
-from s3queue.dispatching.service import Gauges, ServeSettings, serve
+from s3queue.dispatching.gauges import Gauges
+from s3queue.dispatching.service import ServeSettings, serve
 from s3queue.errors import BucketNotFound, EndpointUnreachable, StorageError, Throttled
 from s3queue.message import Message
 from s3queue.producing.producer import Queue

@@ -21,9 +21,11 @@ from s3queue.contract import metric_names
 from s3queue.contract.environment import ENV_QUEUES, Environment
 from s3queue.contract.settings import CoordinatorSettings, QueueSettings
 from s3queue.dispatching.coordinator import Coordinator
+from s3queue.dispatching.gauges import Gauges
 from s3queue.dispatching.invoke import LambdaInvoker
+from s3queue.dispatching.s3events import created_key, hot_queues
 from s3queue.dispatching.schedules import Schedules
-from s3queue.dispatching.service import Gauges, created_key, hot_queues, serve
+from s3queue.dispatching.service import serve
 from s3queue.dispatching.sizing import Pace
 from s3queue.errors import ConfigError
 from s3queue.storage.clients import make_client, make_lambda_client

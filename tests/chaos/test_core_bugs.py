@@ -163,10 +163,10 @@ def test_d_a_failed_reap_put_is_not_acted_on() -> None:
 
 
 def test_f_409_on_the_retry_copy_does_not_lose_the_message() -> None:
-    """Was BUG F (fixed in e042ab1): apply._create took any Conflict on its If-None-Match PUT
-    for 'an earlier apply wrote it'; a 409 ConditionalRequestConflict (nothing written) then
-    skipped the retry copy, the source was deleted and the message was lost. Now a 409 that
-    outlasts the retries is a StorageError: the apply stops, a helper re-applies later."""
+    """Was BUG F (fixed in e042ab1): copies._create (then in apply.py) took any Conflict on its
+    If-None-Match PUT for 'an earlier apply wrote it'; a 409 ConditionalRequestConflict (nothing
+    written) then skipped the retry copy, the source was deleted and the message was lost. Now a
+    409 that outlasts the retries is a StorageError: the apply stops, a helper re-applies later."""
     bench = Bench(QueueSettings(visibility_timeout=30, backoff_base=0.5))
     bench.producer.send([bench.spec(0, "flaky", fails=1)], SINGLE)
     coordinator = bench.coordinator("c1")

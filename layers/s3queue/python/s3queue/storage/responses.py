@@ -1,7 +1,8 @@
 """How S3 answers map onto `s3queue.errors`: pure tables and one classifier, no boto3.
 
-`s3.py` pulls the code, status and message out of botocore's `ClientError` and asks
-`classify` what to raise and whether a retry may cure it.
+`retry.py` pulls the code, status and message out of botocore's `ClientError` and asks
+`classify` what to raise and whether a retry may cure it; `s3.py` reads the fields of an answer
+with the small readers below.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from s3queue.errors import (
     StorageError,
     Throttled,
 )
+from s3queue.storage.sending import TOKEN_METADATA
 
 _CONFLICT_CODES = frozenset({"PreconditionFailed", "ConditionalRequestConflict"})
 # Throttling: the request rate is over the partition's (besides any 429).
@@ -115,3 +117,9 @@ def served(response: dict[str, Any]) -> int:
         return ms(parsedate_to_datetime(str(date)))
     except (TypeError, ValueError):
         return 0
+
+
+def user_metadata(response: dict[str, Any]) -> dict[str, str]:
+    """A response's user metadata without the writer's token."""
+    metadata = response.get("Metadata") or {}
+    return {str(k).lower(): str(v) for k, v in metadata.items() if k != TOKEN_METADATA}

@@ -84,6 +84,16 @@ class Retrier:
                 log.debug("%s %s: attempt %d failed, retrying: %s", operation, key, attempt, exc)
             self.sleep(compute_backoff(attempt, self.base_delay, self.max_delay, self.rng))
 
+    def call(self, method: str, key: str | None, **params: Any) -> dict[str, Any]:
+        """One client call on this bucket (``get_object``: the operation ``GetObject``), retried
+        (`run`)."""
+        operation = getattr(self.client, method)
+        name = "".join(part.title() for part in method.split("_"))
+        result: dict[str, Any] = self.run(
+            name, key, lambda: operation(Bucket=self.bucket, **params)
+        )
+        return result
+
     def translate(
         self, exc: ClientError | BotoCoreError, operation: str, key: str | None
     ) -> tuple[S3QueueError, bool]:

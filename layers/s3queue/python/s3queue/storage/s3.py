@@ -35,14 +35,15 @@ Such a server still orders a folder before a sibling that extends its name with 
 ``/`` (``a/x`` before ``a-b``, where AWS has ``a-b`` first; a queue's own keys never do): that
 order is kept, so a walk from each page's last key still sees every key once.
 
-Large objects. `open` is a streamed GET resumed by ranged GETs (`streams.ResumableReader`),
-`put_file` boto3's managed (multipart) upload, `copy` a server-side CopyObject (a managed
-multipart copy above 5 GiB).
+Large objects. `open` is a streamed GET resumed by ranged GETs, `put_file` boto3's managed
+(multipart) upload, `copy` a server-side CopyObject (a managed multipart copy above 5 GiB):
+`transfers.py`.
 
-boto3 lives in three modules of `s3queue.storage` and nowhere else: this one (the `Storage`
-methods), `retry.py` (the retry loop and error translation) and `clients.py` (the clients the
-library makes). What needs no boto3 lives in `sending.py` (what we send), `responses.py` (what
-S3 answers) and `streams.py` (the resumable stream).
+This module calls the boto3 client it is given and imports no boto3 itself: boto3 is imported
+by three modules of `s3queue.storage` and nowhere else, `transfers.py` (large objects: boto3's
+transfer manager), `retry.py` (the retry loop and error translation) and `clients.py` (the
+clients the library makes). What needs no boto3 lives in `sending.py` (what we send),
+`responses.py` (what S3 answers) and `streams.py` (the resumable stream).
 """
 
 from __future__ import annotations
@@ -57,19 +58,7 @@ import weakref
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, BinaryIO
 
-from boto3.exceptions import S3UploadFailedError
-from boto3.s3.transfer import TransferConfig
-from botocore.exceptions import (
-    BotoCoreError,
-    ClientError,
-)
-
-from s3queue.errors import (
-    Conflict,
-    Consumed,
-    S3QueueError,
-    StorageError,
-)
+from s3queue.errors import Conflict, Consumed, S3QueueError, StorageError
 from s3queue.storage.base import (
     Entry,
     Head,
@@ -85,19 +74,23 @@ from s3queue.storage.responses import etag as _etag
 from s3queue.storage.responses import ms as _ms
 from s3queue.storage.responses import served as _served
 from s3queue.storage.responses import unquote as _unquote
+from s3queue.storage.responses import user_metadata as _user_metadata
 from s3queue.storage.retry import Retrier, Sleep
-from s3queue.storage.sending import TOKEN_METADATA, just_below, no_blind_resend, not_after
+from s3queue.storage.sending import (
+    TOKEN_METADATA,
+    delete_entry,
+    just_below,
+    no_blind_resend,
+    not_after,
+)
 from s3queue.storage.servertime import ServerClock
-from s3queue.storage.streams import Body, ResumableReader, Source, buffered
+from s3queue.storage.streams import Source
+from s3queue.storage.transfers import COPY_LIMIT, PART_BYTES, Transfers
 
 log = logging.getLogger(__name__)
 
 
 MAX_KEYS = 1000
-PART_BYTES = 8 * 1024 * 1024
-"""Multipart uploads and copies use parts of this size, above this size."""
-COPY_LIMIT = 5 * 1024**3
-"""The largest object one CopyObject copies; larger ones take a multipart copy."""
 FOLDER_PAGE = MAX_KEYS
 """Keys and folders per LIST of `S3Storage.list_folders` (a test pages with fewer)."""
 
@@ -131,16 +124,16 @@ class S3Storage:
         # A child forked after this storage was used holds its parent's pooled connections: a
         # request of each on one socket would read the other's response. Drop them in the child.
         os.register_at_fork(after_in_child=functools.partial(_drop_connections, weakref.ref(self)))
-        # Memory of a managed upload from a file object: up to about 2 x threads parts.
-        self._transfer = TransferConfig(
-            multipart_threshold=part_bytes,
-            multipart_chunksize=part_bytes,
-            max_concurrency=transfer_threads,
-        )
-        self._copy_limit = copy_limit
         self.bucket = bucket
         self._retry = Retrier(
             client, bucket, max(attempts, 1), base_delay, max_delay, sleep, rng or random.Random()
+        )
+        self._transfers = Transfers(
+            self._retry,
+            self.head,
+            part_bytes=part_bytes,
+            transfer_threads=transfer_threads,
+            copy_limit=copy_limit,
         )
         client.meta.events.register_first(
             "needs-retry.s3.PutObject", no_blind_resend, unique_id="s3queue-create-once"
@@ -176,7 +169,7 @@ class S3Storage:
 
     def head(self, key: str) -> Head | None:
         try:
-            response = self._call("head_object", key, Key=key)
+            response = self._retry.call("head_object", key, Key=key)
         except _Missing:
             return None
         token = response.get("Metadata", {}).get(TOKEN_METADATA)
@@ -248,7 +241,7 @@ class S3Storage:
         if if_match is not None:
             params["IfMatch"] = f'"{if_match}"'
         try:
-            self._call("delete_object", key, **params)
+            self._retry.call("delete_object", key, **params)
         except _Missing:
             return
         except Conflict:
@@ -260,71 +253,15 @@ class S3Storage:
 
     def open(self, key: str, *, etag: str | None = None) -> BinaryIO | None:
         """A streamed GET (see `streams.ResumableReader`): the body is read as the caller reads."""
-        try:
-            first = self._get_from(key, 0, etag)
-        except _Missing:
-            return None
-        except Conflict:
-            if self.head(key) is None:  # SeaweedFS answers 412 to If-Match on a missing key
-                return None
-            raise
-        version = etag or _etag(first)
-        raw = ResumableReader(
-            first["Body"],
-            int(first["ContentLength"]),
-            reopen=lambda offset: self._get_from(key, offset, version)["Body"],
-            read_body=lambda body, n: self._read_body(key, body, n),
-        )
-        return buffered(raw)
-
-    def _get_from(self, key: str, offset: int, etag: str | None) -> dict[str, Any]:
-        params: dict[str, Any] = {"Key": key}
-        if offset:
-            params["Range"] = f"bytes={offset}-"
-        if etag is not None:
-            params["IfMatch"] = f'"{etag}"'
-        return self._call("get_object", key, **params)
-
-    def _read_body(self, key: str, body: Body, n: int) -> bytes:
-        try:
-            return body.read(n)
-        except BotoCoreError as exc:  # the connection dropped mid-body: resume (ResumableReader)
-            raise StorageError(f"GetObject s3://{self.bucket}/{key}: {exc}") from exc
+        return self._transfers.open(key, etag=etag)
 
     def put_file(self, key: str, source: Source) -> Head:
-        """boto3's managed upload: one PUT, or a multipart upload above `part_bytes`, with
-        parts sent by `transfer_threads` threads. From a path, parts are read from the file as
-        they are sent; a file object's are read into memory first (a few parts at a time)."""
-        try:
-            if isinstance(source, str | os.PathLike):
-                self._client.upload_file(os.fspath(source), self.bucket, key, Config=self._transfer)
-            else:
-                self._client.upload_fileobj(source, self.bucket, key, Config=self._transfer)
-        except (ClientError, BotoCoreError) as exc:
-            raise self._retry.translate(exc, "PutObject", key)[0] from exc
-        except S3UploadFailedError as exc:
-            raise StorageError(f"upload to s3://{self.bucket}/{key} failed: {exc}") from exc
-        head = self.head(key)
-        if head is None:
-            raise StorageError(f"s3://{self.bucket}/{key} is missing right after its upload")
-        return head
+        """boto3's managed upload: one PUT, or a multipart one above `part_bytes` (transfers.py)."""
+        return self._transfers.put_file(key, source)
 
     def copy(self, source: str, dest: str, *, if_match: str | None, size: int) -> None:
         """One CopyObject up to 5 GiB, a managed multipart copy above (UploadPartCopy)."""
-        extra = {"CopySourceIfMatch": f'"{if_match}"'} if if_match is not None else {}
-        origin = {"Bucket": self.bucket, "Key": source}
-        try:
-            if size <= self._copy_limit:
-                self._call("copy_object", dest, Key=dest, CopySource=origin, **extra)
-                return
-            self._client.copy(origin, self.bucket, dest, ExtraArgs=extra, Config=self._transfer)
-        except _Missing as exc:
-            raise Conflict(f"copy source {source} is gone") from exc
-        except (ClientError, BotoCoreError) as exc:
-            error = self._retry.translate(exc, "CopyObject", source)[0]
-            if isinstance(error, _Missing):
-                error = Conflict(f"copy source {source} is gone")
-            raise error from exc
+        self._transfers.copy(source, dest, if_match=if_match, size=size)
 
     def delete_many(
         self, keys: Iterable[str], *, if_match: Mapping[str, str] | None = None
@@ -333,8 +270,8 @@ class S3Storage:
         versions = if_match or {}
         for start in range(0, len(batch), MAX_KEYS):
             chunk = batch[start : start + MAX_KEYS]
-            objects = [_identifier(key, versions.get(key)) for key in chunk]
-            response = self._call(
+            objects = [delete_entry(key, versions.get(key)) for key in chunk]
+            response = self._retry.call(
                 "delete_objects", chunk[0], Delete={"Objects": objects, "Quiet": True}
             )
             # PreconditionFailed: another version, left in place as asked (as is a key whose
@@ -362,7 +299,7 @@ class S3Storage:
         lower = sent is not None and sent != start_after
         if lower:
             params["MaxKeys"] = min(limit + 1, MAX_KEYS)  # `start_after` itself comes back too
-        response = self._call("list_objects_v2", prefix, **params)
+        response = self._retry.call("list_objects_v2", prefix, **params)
         served = _served(response)
         entries = [
             Entry(
@@ -378,7 +315,7 @@ class S3Storage:
         folders: tuple[str, ...] = ()
         params: dict[str, Any] = {"Prefix": prefix, "Delimiter": "/", "MaxKeys": FOLDER_PAGE}
         while True:
-            response = self._call("list_objects_v2", prefix, **params)
+            response = self._retry.call("list_objects_v2", prefix, **params)
             folders += tuple(item["Prefix"] for item in response.get("CommonPrefixes", []))
             token = response.get("NextContinuationToken")
             if not response.get("IsTruncated") or not token:
@@ -392,21 +329,7 @@ class S3Storage:
         if region and region != "us-east-1":
             params["CreateBucketConfiguration"] = {"LocationConstraint": region}
         with contextlib.suppress(_AlreadyOwned):
-            self._call("create_bucket", None, **params)
-
-    def _call(self, method: str, key: str | None, **params: Any) -> dict[str, Any]:
-        """One client call on this bucket, retried; see `_run`."""
-        operation = getattr(self._client, method)
-        name = "".join(part.title() for part in method.split("_"))
-        result: dict[str, Any] = self._retry.run(
-            name, key, lambda: operation(Bucket=self.bucket, **params)
-        )
-        return result
-
-
-def _identifier(key: str, etag: str | None) -> dict[str, str]:
-    """One key of a DeleteObjects request, conditional on its ETag when one is given."""
-    return {"Key": key} if etag is None else {"Key": key, "ETag": f'"{etag}"'}
+            self._retry.call("create_bucket", None, **params)
 
 
 def _drop_connections(ref: weakref.ReferenceType[S3Storage]) -> None:
@@ -417,12 +340,6 @@ def _drop_connections(ref: weakref.ReferenceType[S3Storage]) -> None:
     close = getattr(session, "close", None)
     if close is not None:
         close()
-
-
-def _user_metadata(response: dict[str, Any]) -> dict[str, str]:
-    """A response's user metadata without the writer's token."""
-    metadata = response.get("Metadata") or {}
-    return {str(k).lower(): str(v) for k, v in metadata.items() if k != TOKEN_METADATA}
 
 
 __all__ = ["S3Storage", "make_client"]

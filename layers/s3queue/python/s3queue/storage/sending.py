@@ -3,7 +3,8 @@
 - `no_blind_resend`: botocore's retry hook that keeps the SDK from resending one of our creates
   (`S3Storage.put` checks by HEAD first, see s3.py);
 - `just_below` and `not_after`: a ``StartAfter`` that lists the same keys on AWS and on servers
-  that walk keys as folders (SeaweedFS).
+  that walk keys as folders (SeaweedFS);
+- `delete_entry`: one key of a DeleteObjects request.
 """
 
 from __future__ import annotations
@@ -49,3 +50,8 @@ def not_after(key: str, start_after: str, sent: str) -> bool:
     one beginning with `sent` (between the two on AWS). Any other key is the server's own
     next one, even where a folder-walking server orders it unlike AWS (``a/x``, ``a-b``)."""
     return key == start_after or key.startswith(sent)
+
+
+def delete_entry(key: str, etag: str | None) -> dict[str, str]:
+    """One key of a DeleteObjects request, conditional on its ETag when one is given."""
+    return {"Key": key} if etag is None else {"Key": key, "ETag": f'"{etag}"'}
