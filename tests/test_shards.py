@@ -234,9 +234,11 @@ def test_plain_puts_may_name_a_shard_folder_and_the_probe_sees_every_shard() -> 
     }
     # WHEN the only live message is in a shard folder THEN the idle probe sees it
     assert not h.coordinator.probe()
-    sharded(h, 4).enqueue("x")
-    sharded(h, 4).enqueue("y")
-    assert h.keys("parts/~s") and h.coordinator.probe()
+    queue = sharded(h, 4)
+    for body in ("w", "x", "y", "z"):  # round-robin: three of the four in shard folders
+        queue.enqueue(body)
+    h.storage.delete_many(h.keys("msg/"))
+    assert len(h.keys("parts/~s")) == 3 and h.coordinator.probe()
 
 
 def test_a_tick_reads_a_lanes_shards_with_partitions_per_tick_counting_folders() -> None:
