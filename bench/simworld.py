@@ -36,7 +36,7 @@ from s3queue.errors import S3QueueError
 from s3queue.message import Message
 from s3queue.producing.producer import Queue
 from s3queue.storage.s3 import S3Storage
-from s3queue.working.worker import Worker
+from s3queue.working.worker import READ_AHEAD, Worker
 
 from bench.simaws import Model
 from bench.simkernel import Kernel, SimClock
@@ -168,7 +168,7 @@ class World:
             clock=self.clock,
             rng=random.Random(self.rng.random()),
             listener=self.tracker,
-            read_ahead=self.kernel.run_all,  # the read-ahead's GETs overlap in virtual time
+            read_ahead=self.kernel.pool(READ_AHEAD),  # GETs overlap, as many as its threads
         )
         return worker, self._handler
 
@@ -206,7 +206,8 @@ class World:
                 clock=self.clock,
                 owner=context.aws_request_id[-12:],
                 listener=self.tracker,
-                run_all=self.kernel.run_all,  # a block's publications overlap in virtual time
+                # a block's publications overlap, as many as its threads (publish_concurrency)
+                run_all=self.kernel.pool(CoordinatorSettings().publish_concurrency),
                 pace=paces[queue],
             )
             for queue in self.queues
