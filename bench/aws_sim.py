@@ -17,7 +17,9 @@ them (``batch_size`` 10, worker concurrency 8, so at most 8 tickets in flight):
 - after idle: messages far apart (each after an idle spell), scheduled coordinator vs
   low-latency mode (S3 Object Created events start it too): enqueue-to-start, and what the
   low-latency mode costs more per message;
-- group commit: many callers of single `enqueue` through one `Queue.batching()` (simgroup.py).
+- group commit: many callers of single `enqueue` through one `Queue.batching()` (simgroup.py);
+- issue 22's figures over several seeds (simscale.py): the overload pair, one sharded queue
+  before and after S3's split and its cost when it keeps up, p99 at half capacity.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from typing import Any
 from s3queue.contract.settings import QueueSettings
 from s3queue.producing.producer import Queue
 
-from bench import simgroup, simmeasure
+from bench import simgroup, simmeasure, simscale
 from bench.plan import Plan
 from bench.progress import Progress
 from bench.simaws import AWS, Model
@@ -77,7 +79,7 @@ def run(target: Target, plan: Plan, progress: Progress) -> dict[str, Any]:
         replace(AWS, cpu_scale=plan.aws_sim_cpu_scale),
         settings_from(plan.aws_sim_settings),
     )
-    steps = 2 * (1 + len(plan.aws_sim_queues)) + 5 + len(plan.aws_sim_variants)
+    steps = 2 * (1 + len(plan.aws_sim_queues)) + 6 + len(plan.aws_sim_variants)
     done = 0
 
     def step(what: str) -> None:
@@ -141,9 +143,7 @@ def run(target: Target, plan: Plan, progress: Progress) -> dict[str, Any]:
         result = capacity(point, model, settings_from(text, settings))
         out["variants"].append({"settings": text, **result})
         step(f"variant {variant}")
-    out["overload"] = overload(plan, model, settings)
-    out["overload_standard_producers"] = overload(plan, model, settings, adaptive=False)
-    step("overload")
+    _overloads(out, plan, model, settings, step)
     timing = (plan.aws_sim_warmup, plan.aws_sim_gc_seconds)
     out["group_commit"] = simgroup.runs(
         plan.aws_sim_gc_callers,
@@ -156,6 +156,22 @@ def run(target: Target, plan: Plan, progress: Progress) -> dict[str, Any]:
     step("group commit")
     out["sqs_usd_per_million"] = model.prices.sqs_per_million_messages
     return out
+
+
+def _overloads(
+    out: dict[str, Any],
+    plan: Plan,
+    model: Model,
+    settings: QueueSettings,
+    step: Callable[[str], None],
+) -> None:
+    """The overload runs (one seed), then issue 22's figures over seeds (simscale.py)."""
+    out["overload"] = overload(plan, model, settings)
+    out["overload_standard_producers"] = overload(plan, model, settings, adaptive=False)
+    step("overload")
+    half = out["single"]["steady"]["offered_per_s"]
+    out["scale"] = simscale.run(plan, model, settings, half)
+    step("overload pair, shards, p99 at half capacity (seeds)")
 
 
 def _params(plan: Plan, model: Model, settings: QueueSettings) -> dict[str, Any]:
@@ -226,12 +242,13 @@ def steady(
     settings: QueueSettings,
     *,
     low_latency: bool = False,
+    seed: int = 13,
 ) -> dict[str, Any]:
     """A sustainable rate until every message has started: latency (of the messages enqueued
     after the warm-up), requests and dollars (of all). It spans a coordinator handover (each
     scheduled run serves for a minute, then the next one takes over)."""
     pack = PACK if mode == "packed" else 1
-    world = World(WorldConfig(settings=settings, low_latency=low_latency), model)
+    world = World(WorldConfig(settings=settings, low_latency=low_latency, seed=seed), model)
     seconds = plan.aws_sim_warmup + plan.aws_sim_steady
     world.produce(calls_per_s=rate / pack, pack=pack, start_s=0, end_s=seconds)
     try:
