@@ -16,7 +16,6 @@ from s3queue.dispatching.sizing import (
     Sizes,
     most,
     sizes,
-    want_per_folder,
 )
 from s3queue.errors import ConfigError
 from s3queue.message import Message
@@ -215,10 +214,3 @@ def test_a_pace_of_one_size_is_not_fitted() -> None:
     noisy.finished(10, 2000)
     noisy.finished(40, 1000)  # larger and quicker: a line with no positive part per message
     assert noisy.fit() is None
-
-
-def test_each_folder_is_read_for_its_share() -> None:
-    """With several folders a tick reads each for twice its even share, at least a ticket."""
-    assert want_per_folder(4000, 1, 10) == 4000
-    assert want_per_folder(4000, 8, 10) == 1000
-    assert want_per_folder(30, 8, 10) == 10

@@ -211,17 +211,12 @@ class Coordinator:
         in_flight = {r.key for r in live}
         inbox = self._inbox_and_partitions(now)
         parts: list[Part] = []
-        folders = self._round(inbox)
-        want = sizing.want_per_folder(
-            capacity * sizing.most(self.settings, self.pace, queued),
-            len(folders),
-            self.settings.batch_size,
-        )
+        want = capacity * sizing.most(self.settings, self.pace, queued)
         try:
             # Every folder (partition, lane, shard) at once: each is its own cursor's LIST.
             reads: list[Callable[[], Part]] = [
                 partial(self._read, folder, now, want, in_flight, live, inbox.get(folder, []))
-                for folder in folders
+                for folder in self._round(inbox)
             ]
             read, failed = attempted(self.run_all, reads)
             parts += read

@@ -160,15 +160,3 @@ def most(settings: QueueSettings, pace: Pace, queued: int = 0) -> int:
         fitted = int((seconds * 1000 - fixed) / per)
         fits = max(fits, min(fitted, int(GROWTH * pace.mean_messages)))
     return max(settings.batch_size, min(settings.max_batch_size, fits))
-
-
-def want_per_folder(want: int, folders: int, batch_size: int) -> int:
-    """Messages each of a tick's `folders` is read for, when the tick can dispatch `want` in
-    all: twice its even share (a folder may come up short, or hold a busy group), at least
-    one ticket's worth. The tick shares its slots among the folders one ticket each in turn
-    (shares.py), so reading every folder for the whole `want` parsed up to ``folders`` times
-    more keys than it could send: with 8 shards under a backlog, two full pages each, 16,000
-    keys a tick on the coordinator's one CPU (issue 22)."""
-    if folders <= 1:
-        return want
-    return max(batch_size, -(-2 * want // folders))
