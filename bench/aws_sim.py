@@ -17,7 +17,9 @@ them (``batch_size`` 10, worker concurrency 8, so at most 8 tickets in flight):
 - after idle: messages far apart (each after an idle spell), scheduled coordinator vs
   low-latency mode (S3 Object Created events start it too): enqueue-to-start, and what the
   low-latency mode costs more per message;
-- group commit: many callers of single `enqueue` through one `Queue.batching()` (simgroup.py).
+- group commit: many callers of single `enqueue` through one `Queue.batching()` (simgroup.py);
+- issue 22's figures over several seeds (simscale.py): the overload pair, one sharded queue
+  before and after S3's split and its cost when it keeps up, p99 at half capacity.
 """
 
 from __future__ import annotations
@@ -131,9 +133,7 @@ def run(target: Target, plan: Plan, progress: Progress) -> dict[str, Any]:
         result = capacity(point, model, settings_from(text, settings))
         out["variants"].append({"settings": text, **result})
         step(f"variant {variant}")
-    out["overload"] = overload(plan, model, settings)
-    out["overload_standard_producers"] = overload(plan, model, settings, adaptive=False)
-    step("overload")
+    _overloads(out, plan, model, settings, step)
     timing = (plan.aws_sim_warmup, plan.aws_sim_gc_seconds)
     out["group_commit"] = simgroup.runs(
         plan.aws_sim_gc_callers,
@@ -146,6 +146,19 @@ def run(target: Target, plan: Plan, progress: Progress) -> dict[str, Any]:
     step("group commit")
     out["sqs_usd_per_million"] = model.prices.sqs_per_million_messages
     return out
+
+
+def _overloads(
+    out: dict[str, Any],
+    plan: Plan,
+    model: Model,
+    settings: QueueSettings,
+    step: Callable[[str], None],
+) -> None:
+    """The overload runs (one seed); issue 22's figures over seeds follow (simscale.py)."""
+    out["overload"] = overload(plan, model, settings)
+    out["overload_standard_producers"] = overload(plan, model, settings, adaptive=False)
+    step("overload")
 
 
 def _params(plan: Plan, model: Model, settings: QueueSettings) -> dict[str, Any]:
@@ -216,12 +229,13 @@ def steady(
     settings: QueueSettings,
     *,
     low_latency: bool = False,
+    seed: int = 13,
 ) -> dict[str, Any]:
     """A sustainable rate until every message has started: latency (of the messages enqueued
     after the warm-up), requests and dollars (of all). It spans a coordinator handover (each
     scheduled run serves for a minute, then the next one takes over)."""
     pack = PACK if mode == "packed" else 1
-    world = World(WorldConfig(settings=settings, low_latency=low_latency), model)
+    world = World(WorldConfig(settings=settings, low_latency=low_latency, seed=seed), model)
     seconds = plan.aws_sim_warmup + plan.aws_sim_steady
     world.produce(calls_per_s=rate / pack, pack=pack, start_s=0, end_s=seconds)
     try:

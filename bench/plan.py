@@ -96,6 +96,16 @@ class Plan:
     aws_sim_overload_offered: float = 5_000.0
     """`enqueue`s a second offered on one queue, above S3's 3,500 writes/s per prefix."""
     aws_sim_overload_seconds: float = 14.0
+    aws_sim_seeds: tuple[int, ...] = (1, 2, 3)
+    """Issue 22's figures (simscale.py) are each the median of one run per seed, with spread."""
+    aws_sim_shards: int = 8
+    aws_sim_shards_offered: float = 12_000.0
+    """Single `enqueue`s a second offered to the sharded queue, before and after the split."""
+    aws_sim_shards_steady_offered: float = 10_500.0
+    """...and after the split at a rate it keeps up with, drained: its cost per message."""
+    aws_sim_shards_seconds: float = 16.0
+    aws_sim_shards_warmup: float = 8.0
+    """Handler starts of the sharded queue are counted from here (tickets grow meanwhile)."""
     aws_sim_idle_messages: int = 60
     aws_sim_idle_gap: float = 150.0
     """Virtual seconds between two messages after idle (the coordinator run ends in between)."""
@@ -139,6 +149,9 @@ QUICK = replace(
     aws_sim_variants=("concurrency=32", "packed:concurrency=32,max_batch_size=2000"),
     aws_sim_packed_variant_seconds=2.0,
     aws_sim_overload_seconds=8.0,
+    aws_sim_seeds=(1, 2),
+    aws_sim_shards_seconds=12.0,
+    aws_sim_shards_warmup=6.0,
     aws_sim_idle_messages=8,
     aws_sim_gc_windows=(0.1,),
     aws_sim_gc_seconds=10.0,
@@ -179,6 +192,12 @@ SMOKE = replace(
     aws_sim_packed_variant_seconds=1.0,
     aws_sim_overload_offered=8_000.0,
     aws_sim_overload_seconds=1.5,
+    aws_sim_seeds=(1,),
+    aws_sim_shards=2,
+    aws_sim_shards_offered=300.0,
+    aws_sim_shards_steady_offered=100.0,
+    aws_sim_shards_seconds=3.0,
+    aws_sim_shards_warmup=1.0,
     aws_sim_idle_messages=2,
     aws_sim_idle_gap=90.0,
     aws_sim_gc_offered=200.0,

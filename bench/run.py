@@ -26,7 +26,6 @@ from pathlib import Path
 from typing import Any
 
 from bench import (
-    aws_sim,
     coldstart,
     cost,
     fairness,
@@ -38,6 +37,7 @@ from bench import (
     pool,
     report,
     scale,
+    simscale,
     throughput,
 )
 from bench.measure import load
@@ -57,7 +57,7 @@ SCENARIOS: dict[str, Scenario] = {
     "pool": pool.run,
     "fairness": fairness.run,
     "payload": payload.run,
-    "aws_sim": aws_sim.run,
+    "aws_sim": simscale.scenario,
     "flow": flow.run,
     "hiding": hiding.run,
 }

@@ -154,6 +154,25 @@ class Kernel:
             self.wait(1.0, "publish")  # the threads' join, at 1 ms resolution
         return [results[i] for i in range(len(jobs))]
 
+    def pool(self, size: int) -> Callable[[list[Callable[[], Any]]], list[Any]]:
+        """A `RunAll` as production's `Threads(size)`: at most `size` jobs at once, each lane
+        taking the next job as soon as its last one returned (ThreadPoolExecutor.map)."""
+
+        def run(jobs: list[Callable[[], Any]]) -> list[Any]:
+            if len(jobs) < 2:
+                return [job() for job in jobs]
+            pending = iter(enumerate(jobs))
+            results: dict[int, Any] = {}
+
+            def lane() -> None:
+                for i, job in pending:
+                    results[i] = job()
+
+            self.run_all([lane] * min(size, len(jobs)))
+            return [results[i] for i in range(len(jobs))]
+
+        return run
+
     def call_at(self, at_ms: float, timer: Timer) -> None:
         """Run `timer` (which must not wait) at `at_ms`, in whichever thread passes the baton."""
         self._push(max(at_ms, self.now), timer)

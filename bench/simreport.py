@@ -11,6 +11,7 @@ matplotlib.use("Agg")
 from matplotlib import pyplot as plt  # the backend is chosen first
 from matplotlib.figure import Figure
 
+from bench import simscale
 from bench.tables import Row, table
 
 Results = dict[str, Any]
@@ -50,6 +51,8 @@ def section(data: Results) -> list[str]:
         parts.append(_overload(data["overload"]))
     if data.get("group_commit"):
         parts.append(_group_commit(data["group_commit"]))
+    if data.get("scale"):
+        parts.append(simscale.section(data["scale"]))
     return parts
 
 
@@ -255,6 +258,8 @@ def headline(data: Results) -> list[Row]:
             low <= 1_000,
         )
     )
+    if data.get("scale"):
+        out += simscale.headline(data["scale"])
     return out
 
 

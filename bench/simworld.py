@@ -38,7 +38,7 @@ from s3queue.errors import S3QueueError
 from s3queue.message import Message
 from s3queue.producing.producer import Queue
 from s3queue.storage.s3 import S3Storage
-from s3queue.working.worker import Worker
+from s3queue.working.worker import READ_AHEAD, Worker
 
 from bench.simaws import Model
 from bench.simkernel import Kernel, SimClock
@@ -106,6 +106,9 @@ class WorldConfig:
     as botocore's adaptive retry mode does: `Queue`'s own client (`make_client`)."""
     shards: int = 1
     """The producers' ``Queue(shards=)``: ungrouped messages spread over sibling folders."""
+    producers: int = 400
+    """At most this many producer actors per queue (each waits for its PUT before its next
+    call: 400 make at most about 9,500 enqueues a second on AWS latencies)."""
 
 
 class World:
@@ -170,7 +173,7 @@ class World:
             clock=self.clock,
             rng=random.Random(self.rng.random()),
             listener=self.tracker,
-            read_ahead=self.kernel.run_all,  # the read-ahead's GETs overlap in virtual time
+            read_ahead=self.kernel.pool(READ_AHEAD),  # GETs overlap, as many as its threads
         )
         return worker, self._handler
 
@@ -208,7 +211,8 @@ class World:
                 clock=self.clock,
                 owner=context.aws_request_id[-12:],
                 listener=self.tracker,
-                run_all=self.kernel.run_all,  # a block's publications overlap in virtual time
+                # a block's publications overlap, as many as its threads (publish_concurrency)
+                run_all=self.kernel.pool(CoordinatorSettings().publish_concurrency),
                 pace=paces[queue],
             )
             for queue in self.queues
@@ -246,7 +250,7 @@ class World:
     def produce(self, *, calls_per_s: float, pack: int, start_s: float, end_s: float) -> None:
         """Open-loop producers: `calls_per_s` enqueue calls a second per queue, `pack` messages
         each (1: `enqueue`, else `enqueue_many`), from `start_s` to `end_s` (virtual seconds)."""
-        actors = max(1, min(400, math.ceil(calls_per_s * 0.25)))
+        actors = max(1, min(self.config.producers, math.ceil(calls_per_s * 0.25)))
         for queue in self.queues:
             for n in range(actors):
                 body = self._producer(queue, n, actors, calls_per_s, pack, (start_s, end_s))

@@ -73,7 +73,16 @@ def test_scenarios_run_and_the_report_is_written(seaweed: EmbeddedS3, tmp_path: 
     group = sim["group_commit"]["runs"][0]  # concurrent single enqueues share objects
     assert group["messages_per_object"] > 1 and group["started"] == group["enqueued"]
     assert "aws_sim.png" in {f.name for f in files}
+    scale = sim["scale"]  # issue 22's figures, each over the seeds
+    assert [r["offered_per_s"] for r in scale["overload"]["rows"]] == [
+        SMOKE.aws_sim_variant_offered,
+        7_000,
+    ]
+    assert scale["shards"]["steady"]["unstarted"]["max"] == 0  # drained: every one started
+    assert scale["shards"]["after_split"]["enqueue_failures"]["max"] == 0
+    assert scale["half_capacity"]["p99_ms"]["median"] > 0
     verdicts = {row.what: row.met for row in headline.rows(results)}
+    assert "AWS simulation: enqueue-to-start p99 at half capacity, defaults" in verdicts
     assert verdicts["Idle S3 requests per minute per queue, coordinator Lambda (1 run a minute)"]
     assert "## Headline" in (tmp_path / "results.md").read_text()
 

@@ -8,7 +8,15 @@ from collections import Counter
 import pytest
 from harness import Harness, Recorder
 from s3queue.contract.settings import QueueSettings
-from s3queue.dispatching.sizing import GROWN_BYTES, Pace, Sizes, most, sizes
+from s3queue.dispatching.sizing import (
+    GROWN_BYTES,
+    GROWTH,
+    QUEUED_MS,
+    Pace,
+    Sizes,
+    most,
+    sizes,
+)
 from s3queue.errors import ConfigError
 from s3queue.message import Message
 
@@ -171,6 +179,38 @@ def test_tickets_waiting_for_workers_do_not_grow() -> None:
     h.invocations[1:] = []  # the other tickets' workers are done; the first one's never came
     h.work(handler)
     h.invocations[:] = first
-    h.clock.advance(1.0)  # QUEUED_MS: still unclaimed
+    h.clock.advance(QUEUED_MS / 1000)  # still unclaimed
     h.tick()
     assert set(refs_per_ticket(h)[1:]) == {10}
+
+
+def test_a_fitted_pace_sizes_tickets_in_one_step() -> None:
+    """A ticket's life is a fixed part plus a part per message: once tickets of different
+    sizes have finished, the next ones are sized to `ticket_seconds` from the line through
+    them, not to about twice the last ones (the ratio alone), within GROWTH x their mean."""
+    settings = QueueSettings(ticket_seconds=2.0, max_batch_size=1000)
+    pace = Pace()
+    for n in (10, 40, 10, 40):  # 1 s fixed, 2 ms a message
+        pace.finished(n, 1000 + 2 * n)
+    fixed, per = pace.fit() or (0.0, 0.0)
+    assert fixed == pytest.approx(1000) and per == pytest.approx(2)
+    by_ratio = int(2000 / pace.ms_per_message)  # what the ratio alone gives: about twice
+    assert by_ratio < 70
+    assert most(settings, pace) == int(GROWTH * pace.mean_messages)  # the line says 500
+    for _ in range(20):  # tickets of the fitted size keep the line: (2000 - 1000) / 2
+        for n in (200, 400):
+            pace.finished(n, 1000 + 2 * n)
+    assert 495 <= most(settings, pace) <= 500
+
+
+def test_a_pace_of_one_size_is_not_fitted() -> None:
+    """Tickets all of one size say nothing about the part per message: the ratio decides."""
+    pace = Pace()
+    for _ in range(5):
+        pace.finished(10, 1000)
+    assert pace.fit() is None
+    assert most(QueueSettings(ticket_seconds=2.0), pace) in (19, 20)  # 2 s at 100 ms a message
+    noisy = Pace()
+    noisy.finished(10, 2000)
+    noisy.finished(40, 1000)  # larger and quicker: a line with no positive part per message
+    assert noisy.fit() is None

@@ -9,10 +9,19 @@ cost and the time a slot spends outside a handler are shared by more messages. T
 a grown ticket from doing harm:
 
 - **Time.** A grown ticket holds about `ticket_seconds` of work, at the pace recent tickets
-  went from their creation to their apply (`Pace`: a ratio of moving sums, so it includes the
-  dispatch; until a ticket has finished, tickets do not grow). Slow handlers keep tickets
-  small: a worker never approaches its Lambda timeout and releases the rest (one copy PUT
-  each), and a slot still turns over every few seconds. Never more than `max_batch_size`.
+  went from their creation to their apply (`Pace`: moving sums, so it includes the dispatch;
+  until a ticket has finished, tickets do not grow). Slow handlers keep tickets small: a
+  worker never approaches its Lambda timeout and releases the rest (one copy PUT each), and a
+  slot still turns over every few seconds. Never more than `max_batch_size`.
+- **Growth in one step, not by doubling.** A ticket's life is a fixed part (its PUT, the
+  invoke, a Lambda start, the claim, the next tick seeing it gone: about a second on AWS) plus
+  a part per message. Sized by the ratio of the two sums alone, a ticket is at most about
+  twice the last ones while the fixed part dominates, and a backlog waits through six or
+  seven generations of tickets before they reach their size (issue 22: ~8 s of a 10 s window
+  in the AWS simulation). `Pace.fit` separates the two parts (a least-squares line over the
+  same moving sums, once tickets of different sizes have finished), so the next tickets are
+  sized to `ticket_seconds` directly; at most `GROWTH` times the recent tickets' mean, so one
+  misleading fit cannot make a ticket far longer than intended.
 - **Memory.** A grown ticket's objects add up to at most `GROWN_BYTES` (by the sizes the
   LIST gave); its first object always goes in, whatever its size.
 - **Workers, not tickets, short.** A live ticket no worker has claimed for `QUEUED_MS` means
@@ -37,9 +46,14 @@ from s3queue.contract.settings import QueueSettings
 
 SMOOTHING = 0.3
 """Weight of the newest finished ticket in `Pace`."""
-QUEUED_MS = 1000
+QUEUED_MS = 2000
 """A ticket unclaimed this long after its dispatch waits for a worker (a Lambda start and a
 claim take about half a second)."""
+GROWTH = 4
+"""A fitted size is at most this many times the recent tickets' mean (`Pace.fit`)."""
+SPREAD = 0.25
+"""`Pace.fit` is trusted only when the recent sizes' standard deviation is at least this share
+of their mean: tickets all of one size say nothing about the part per message."""
 GROWN_BYTES = 16 * 1024 * 1024
 """A grown ticket's objects add up to at most this many bytes (a worker holds a ticket's
 objects until its apply): packs of large messages grow less."""
@@ -48,21 +62,52 @@ objects until its apply): packs of large messages grow less."""
 @dataclass(slots=True)
 class Pace:
     """Milliseconds per message of finished tickets, from creation to gone: moving sums of
-    durations and of messages, so a large ticket weighs more than a small one."""
+    durations and of messages, so a large ticket weighs more than a small one; and the sums a
+    least-squares line of duration over messages needs (`fit`)."""
 
     _ms: float = 0.0
     _messages: float = 0.0
+    _weight: float = 0.0
+    _squares: float = 0.0
+    """Moving sum of messages squared."""
+    _products: float = 0.0
+    """Moving sum of messages times duration."""
 
     def finished(self, messages: int, took_ms: int) -> None:
         if messages <= 0:
             return
-        keep = 1.0 - SMOOTHING
-        self._ms = keep * self._ms + SMOOTHING * max(1, took_ms)
+        keep, took = 1.0 - SMOOTHING, max(1, took_ms)
+        self._ms = keep * self._ms + SMOOTHING * took
         self._messages = keep * self._messages + SMOOTHING * messages
+        self._weight = keep * self._weight + SMOOTHING
+        self._squares = keep * self._squares + SMOOTHING * messages * messages
+        self._products = keep * self._products + SMOOTHING * messages * took
 
     @property
     def ms_per_message(self) -> float | None:
         return self._ms / self._messages if self._messages else None
+
+    @property
+    def mean_messages(self) -> float:
+        """The recent tickets' mean size (0 before any finished)."""
+        return self._messages / self._weight if self._weight else 0.0
+
+    def fit(self) -> tuple[float, float] | None:
+        """(fixed ms, ms per message) of a ticket's life, by a least-squares line over the
+        recent tickets; None while their sizes are too alike to tell (`SPREAD`) or the line
+        makes no sense (no positive part per message, or a negative fixed part)."""
+        w, n = self._weight, self._messages
+        if not w:
+            return None
+        mean = n / w
+        variance = self._squares / w - mean * mean
+        if variance < (SPREAD * mean) ** 2:
+            return None
+        per = (self._products / w - mean * self._ms / w) / variance
+        fixed = self._ms / w - per * mean
+        if per <= 0 or fixed < 0:
+            return None
+        return fixed, per
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,4 +154,9 @@ def most(settings: QueueSettings, pace: Pace, queued: int = 0) -> int:
         return settings.batch_size
     seconds = min(settings.ticket_seconds, settings.timeout / 2)
     fits = int(seconds * 1000 / per_message)
+    line = pace.fit()
+    if line is not None:  # sized to `ticket_seconds` at once (module docstring)
+        fixed, per = line
+        fitted = int((seconds * 1000 - fixed) / per)
+        fits = max(fits, min(fitted, int(GROWTH * pace.mean_messages)))
     return max(settings.batch_size, min(settings.max_batch_size, fits))

@@ -64,10 +64,15 @@ class WorkResult:
 
 
 READ_AHEAD = 32
-"""Objects of a ticket read at once, at most: GETs overlap instead of adding up."""
+"""GETs of a ticket's objects in flight at once, at most (threads: one connection each)."""
+READ_WINDOW = 4 * READ_AHEAD
+"""Objects read ahead of the handler in one go, at most, by the `READ_AHEAD` threads: a thread
+takes the next object as soon as its last GET returned, so a window costs about
+``READ_WINDOW / READ_AHEAD`` GETs one after another plus one slow GET, where windows of
+`READ_AHEAD` each waited for their slowest GET (issue 22: ~90 ms per 32 objects on AWS, most
+of a grown ticket's time in its worker)."""
 READ_AHEAD_BYTES = 8 * 1024 * 1024
 """...and at most this many bytes of them (by the sizes the LIST gave), at least one."""
-"""Objects of a ticket read at once, ahead of the handler (at most this many held unread)."""
 
 
 class Worker:
@@ -103,7 +108,8 @@ class Worker:
         self.time_margin_ms = min(round(time_margin * 1000), round(self.settings.timeout * 250))
         self.heartbeat_thread = heartbeat_thread
         self.read_ahead: RunAll = read_ahead or Threads(READ_AHEAD, "s3queue-read")
-        """How the next `READ_AHEAD` objects of a ticket are read at once (concurrency.py)."""
+        """How the next `READ_WINDOW` objects of a ticket are read, `READ_AHEAD` at a time
+        (concurrency.py)."""
         self.runner = Runner(
             storage, self.keys, self.settings, clock=self.clock, rng=self.rng, emit=self.emit
         )
@@ -425,10 +431,10 @@ class Worker:
 
 
 def _window(refs: list[Ref], at: int) -> list[Ref]:
-    """The refs to read at once from `at`: `READ_AHEAD` of them, within `READ_AHEAD_BYTES`."""
+    """The refs to read at once from `at`: `READ_WINDOW` of them, within `READ_AHEAD_BYTES`."""
     window: list[Ref] = []
     total = 0
-    for ref in refs[at : at + READ_AHEAD]:
+    for ref in refs[at : at + READ_WINDOW]:
         total += ref.size
         if window and total > READ_AHEAD_BYTES:
             break
