@@ -96,7 +96,8 @@ def _check_rerun(t: Timeline, a: Run, b: Run, expect: Expect, report: Report) ->
         report.redeliveries.append(
             Redelivery(b.id, b.attempt, a.actor, *_why(t, a, expect.visibility_ms))
         )
-        if b.attempt <= a.attempt and not b.start.get("redelivered"):
+        fresh = tl.purged_between(t, a.start.seq, b.start.seq)
+        if b.attempt <= a.attempt and not b.start.get("redelivered") and not fresh:
             report.add(
                 "invisible_redelivery",
                 b.id,
@@ -107,7 +108,7 @@ def _check_rerun(t: Timeline, a: Run, b: Run, expect: Expect, report: Report) ->
     # counts a delivery that never started is `check_starts`'s; that a rerun is visible at
     # all (a higher attempt, or `redelivered`) is `invisible_redelivery`'s.
     most = int(retried) + _counted_expiries(t, a, b)
-    purged = any(a.start.seq < p[0] < b.start.seq for p in t.purges)  # then sent again: new
+    purged = tl.purged_between(t, a.start.seq, b.start.seq)  # then sent again: a new one
     if not purged and not int(retried) <= b.attempt - a.attempt <= most:
         report.add(
             "attempt_accounting",

@@ -147,6 +147,12 @@ def maybe_purged(t: Timeline, message_id: str) -> bool:
     return any(acked.seq < end for end in ends)
 
 
+def purged_between(t: Timeline, after: int, before: int) -> bool:
+    """A purge ran (at least in part) between two sequence numbers: a message it took and that
+    was then enqueued again by its id is a fresh one (attempt 1, not a redelivery)."""
+    return any(p[0] < before and (p[-1] if len(p) > 1 else math.inf) > after for p in t.purges)
+
+
 def build(entries: Iterable[Entry]) -> Timeline:
     """Read entries in sequence order into a `Timeline`.
 
