@@ -38,7 +38,8 @@ from s3queue.errors import S3QueueError
 from s3queue.message import Message
 from s3queue.producing.producer import Queue
 from s3queue.storage.s3 import S3Storage
-from s3queue.working.worker import READ_AHEAD, Worker
+from s3queue.working.readahead import READ_AHEAD
+from s3queue.working.worker import Worker
 
 from bench.simaws import Model
 from bench.simkernel import Kernel, SimClock

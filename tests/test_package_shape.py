@@ -92,10 +92,46 @@ def test_the_cycle_finder_finds_a_cycle() -> None:
     assert cycles({"a": {"b"}, "b": set()}) == []
 
 
+SPLIT_BY_JOB = {
+    "s3queue.working.worker": {
+        "s3queue.working.walk",
+        "s3queue.working.readahead",
+        "s3queue.working.load",
+        "s3queue.working.claim",
+    },
+    "s3queue.dispatching.coordinator": {
+        "s3queue.dispatching.folders",
+        "s3queue.dispatching.planning",
+        "s3queue.dispatching.publishing",
+        "s3queue.dispatching.view",
+    },
+}
+"""Modules split out of the worker's and the coordinator's by job: the flow imports each part;
+no part imports the flow back (the cycle test below)."""
+
+MAX_MODULE_LINES = 350
+
+
 def test_the_core_has_no_import_cycle() -> None:
     graph = import_graph()
     assert "s3queue.working.worker" in graph
     assert cycles(graph) == []
+
+
+@pytest.mark.parametrize("flow", sorted(SPLIT_BY_JOB))
+def test_a_flow_imports_the_parts_split_out_of_it(flow: str) -> None:
+    graph = import_graph()
+    assert SPLIT_BY_JOB[flow] <= graph[flow]
+    assert not [part for part in SPLIT_BY_JOB[flow] if flow in graph[part]]
+
+
+def test_no_core_module_is_over_the_line_limit() -> None:
+    long = {
+        name: n
+        for name, path in core_modules().items()
+        if (n := len(path.read_text().splitlines())) > MAX_MODULE_LINES
+    }
+    assert long == {}
 
 
 def bench_graph() -> dict[str, set[str]]:

@@ -9,7 +9,7 @@ from typing import Any
 from harness import Harness, Recorder
 from s3queue.common.concurrency import in_order
 from s3queue.contract.settings import QueueSettings
-from s3queue.working.worker import READ_AHEAD, READ_WINDOW
+from s3queue.working.readahead import READ_AHEAD, READ_WINDOW
 
 from bench.simkernel import Kernel
 

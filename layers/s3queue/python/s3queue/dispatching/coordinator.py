@@ -10,45 +10,42 @@ Race that fixes the order of the LISTs:
 Tickets are listed first. A ticket missing from that LIST was deleted before it, after its
 outcomes were applied, so the later LIST of messages cannot show its finished messages as new.
 
-This module keeps the tick's order, the lease, and the way out: reading the cursor, planning,
-publishing. What the LIST of tickets says (a newer leader, epochs to seal, tickets to learn,
-fence, re-invoke, reap or forget) is reconcile.py's; whether there is work at all, probe.py's.
+This module keeps the tick's order, the lease, and the way out: read, plan, publish, and each
+folder's cursor moved on or back. Reading the folders (the inbox, the partitions, each cursor) is
+folders.py's; planning the tickets, planning.py's; creating them, publishing.py's. What the LIST
+of tickets says (a newer leader, epochs to seal, tickets to learn, fence, re-invoke, reap or
+forget) is reconcile.py's; whether there is work at all, probe.py's.
 """
 
 from __future__ import annotations
 
 import uuid
-from collections import Counter
-from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
-from functools import partial
 
 from s3queue.common.clock import Clock, SystemClock, ms
-from s3queue.common.concurrency import RunAll, Threads, attempted, settled
+from s3queue.common.concurrency import RunAll, Threads
 from s3queue.common.events import Emitter, Listener
 from s3queue.contract.settings import CoordinatorSettings, QueueSettings
-from s3queue.dispatching import scan, sizing
+from s3queue.dispatching import sizing
 from s3queue.dispatching.cursor import Cursors
+from s3queue.dispatching.folders import inbox_and_partitions, read_round
 from s3queue.dispatching.gate import Gate
 from s3queue.dispatching.holds import HoldReport
-from s3queue.dispatching.limits import Budgets, Limits
+from s3queue.dispatching.limits import Limits
+from s3queue.dispatching.planning import budgets_of, plan_round
 from s3queue.dispatching.probe import probe
 from s3queue.dispatching.publishing import Publisher
 from s3queue.dispatching.reconcile import Invoker, Known, Reconciler
-from s3queue.dispatching.shares import folder_shares
 from s3queue.dispatching.view import (
     LiveRef,
     Memory,
     Part,
-    busy_groups,
-    by_priority,
     count_refs,
-    dispatchable,
     interleaved,
     oldest_ready,
     queued,
 )
-from s3queue.protocol.keys import QueueKeys, check_queue_name, is_folder_name, split_lane
+from s3queue.protocol.keys import QueueKeys, check_queue_name
 from s3queue.protocol.lease import LeaderLease
 from s3queue.protocol.tickets import Ticket
 from s3queue.storage.base import Entry, Storage, iter_keys
@@ -199,30 +196,52 @@ class Coordinator:
         return list(iter_keys(self.storage, self.keys.tickets))
 
     def _dispatch(self, reaped: int, queued: int) -> TickResult:
-        """Read each partition's cursor, share the capacity fairly, plan, publish."""
+        """Read each partition's cursor (folders.py), share the capacity fairly and plan
+        (planning.py), publish."""
         memory, now = self.memory, self.clock.now_ms()
         capacity = self.settings.max_in_flight_tickets - len(memory.known)
         if capacity <= 0:
             return self._result(reaped)
         if self.gate.paused:
             return replace(self._result(reaped), paused=True)
-        live = [r for refs in self._ticket_refs().values() for r in refs]
+        tickets = self._ticket_refs()
+        live = [r for refs in tickets.values() for r in refs]
         in_flight = {r.key for r in live}
-        inbox = self._inbox_and_partitions(now)
+        every = round(self.config.discover_interval * 1000)
+        inbox = inbox_and_partitions(self.storage, self.keys, memory, self.run_all, now, every)
         parts: list[Part] = []
         want = capacity * sizing.most(self.settings, self.pace, queued)
         try:
             # Every folder (partition, lane, shard) at once: each is its own cursor's LIST.
-            reads: list[Callable[[], Part]] = [
-                partial(self._read, folder, now, want, in_flight, live, inbox.get(folder, []))
-                for folder in self._round(inbox)
-            ]
-            read, failed = attempted(self.run_all, reads)
+            read, failed = read_round(
+                self.storage,
+                memory,
+                self.run_all,
+                inbox,
+                per_tick=self.config.partitions_per_tick,
+                now=now,
+                want=want,
+                batch_size=self.settings.batch_size,
+                in_flight=in_flight,
+                live=live,
+            )
             parts += read
             if failed is not None:
                 raise failed
-            budgets = self._budgets(now, live)
-            self._plan(parts, now, capacity, in_flight, queued, budgets)
+            budgets = budgets_of(memory, now, live)
+            plan_round(
+                memory,
+                self.keys,
+                self.settings,
+                self.pace,
+                parts,
+                live_tickets=tickets.values(),
+                now=now,
+                capacity=capacity,
+                in_flight=in_flight,
+                queued=queued,
+                budgets=budgets,
+            )
             dispatched = self._publish_parts(parts, now)
         except BaseException:
             # A partition read before the failure used up its rewind and wake-ups: the next
@@ -243,133 +262,6 @@ class Coordinator:
             return result
         self.holds.update(budgets.held, now)
         return replace(result, held=budgets.held)
-
-    def _budgets(self, now: int, live: list[LiveRef]) -> Budgets | None:
-        """This tick's budgets under the queue's limits (None: it has none)."""
-        limits = self.memory.limits
-        if limits is None:
-            return None
-        in_flight: Counter[str | None] = Counter()
-        for ref in live:
-            in_flight[split_lane(ref.partition)[0]] += count_refs([ref])
-        return limits.budgets(now, in_flight)
-
-    def _inbox_and_partitions(self, now: int) -> dict[str | None, list[scan.Candidate]]:
-        """The inbox, and the partition folders when due, listed at once (neither needs the
-        other; both come after the LIST of tickets, as the module docstring requires)."""
-        memory = self.memory
-        every = round(self.config.discover_interval * 1000)
-        if memory.discovered_ms is not None and now - memory.discovered_ms < every:
-            return self._inbox()
-        inbox, folders = settled(
-            self.run_all, [self._inbox, partial(self.storage.list_folders, self.keys.parts)]
-        )
-        named = [folder[len(self.keys.parts) : -1] for folder in folders]
-        memory.partitions = [None, *(p for p in named if is_folder_name(p))]
-        memory.discovered_ms = now
-        return inbox  # type: ignore[no-any-return]
-
-    def _inbox(self) -> dict[str | None, list[scan.Candidate]]:
-        """The inbox's first page (listed once a tick, from its start), by partition."""
-        found: dict[str | None, list[scan.Candidate]] = {}
-        for entry in self.storage.list(self.keys.inbox).entries:
-            lane = self.keys.lane_of(entry.key)
-            found.setdefault(lane, []).append(scan.inbox_candidate(entry))
-        return found
-
-    def _round(self, inbox: dict[str | None, list[scan.Candidate]]) -> list[str | None]:
-        """The partitions this tick reads, starting at this tick's turn: every partition found
-        in ``parts/`` (listed every `discover_interval`) or the inbox, and the default one;
-        at most `partitions_per_tick` of them, the next ones first at the next tick. Priority
-        lanes come first, the highest first (`by_priority`)."""
-        memory = self.memory
-        known = set(memory.partitions)
-        everyone = memory.partitions + sorted(p for p in inbox if p not in known and p)
-        start = everyone.index(memory.served) + 1 if memory.served in everyone else 0
-        rotated = by_priority(everyone[start:] + everyone[:start])
-        return rotated[: max(1, self.config.partitions_per_tick)]
-
-    def _read(
-        self,
-        partition: str | None,
-        now: int,
-        want: int,
-        in_flight: set[str],
-        live: list[LiveRef],
-        inbox: list[scan.Candidate],
-    ) -> Part:
-        """One partition's candidates, read until there are `want` messages to dispatch."""
-        cursor = self.memory.cursors.of(partition)
-        batch_size = self.settings.batch_size
-        busy = busy_groups(live, partition)
-
-        def enough(found: Iterable[scan.Candidate]) -> bool:
-            return dispatchable(found, in_flight, busy, batch_size) >= want
-
-        saved = cursor.snapshot()
-        candidates, stopped = cursor.read(self.storage, now, enough, want=want, inbox=inbox)
-        # A group whose waiting message this tick did not read is blocked: its later messages
-        # may not overtake it (FIFO), wherever the cursor is.
-        absent = cursor.absent_heads(candidates)
-        return Part(partition, cursor, saved, candidates, stopped, busy | absent, absent)
-
-    def _plan(
-        self,
-        parts: list[Part],
-        now: int,
-        capacity: int,
-        in_flight: set[str],
-        queued: int,
-        budgets: Budgets | None,
-    ) -> None:
-        """Each partition's plan, within its fair share of `capacity`: every partition with
-        ready work gets a ticket in turn before any gets a second (round-robin). Under a
-        backlog the first tickets grow (sizing.py). A limited queue's partitions each plan
-        within what their limits leave (limits.py), the highest priority first."""
-        origins = {self.keys.ticket_origin(key) for key in self.memory.known}
-        batch_size = self.settings.batch_size
-        ready = sum(
-            dispatchable(part.candidates, in_flight, part.blocked, batch_size) for part in parts
-        )
-        grown = sum(1 for refs in self._ticket_refs().values() if count_refs(refs) > batch_size)
-        sizes = sizing.sizes(
-            self.settings, self.pace, ready=ready, free=capacity, live_grown=grown, queued=queued
-        )
-        offset = 0
-
-        def plan(part: Part, tickets: int) -> scan.Plan:
-            tenant = split_lane(part.partition)[0]
-            budget = None if budgets is None else budgets.left(tenant)[0]
-            whole = budgets is not None and budgets.whole(tenant)
-            return scan.Planner(
-                now_ms=now,
-                limit=lambda n: sizes.limit(offset + n),
-                capacity=tickets,
-                in_flight=in_flight,
-                busy_groups=part.blocked,
-                live_origins=origins,
-                budget=budget,
-                whole=whole,
-            ).run(part.candidates)
-
-        wanted = [plan(part, capacity) for part in parts]
-        folders = [part.partition for part in parts]
-        shares = folder_shares([len(w.batches) for w in wanted], folders, capacity)
-        for part, want, share in zip(parts, wanted, shares, strict=True):
-            if budgets is not None:  # what the limits leave, to each in turn (highest first)
-                part.plan = plan(part, share)
-                tenant = split_lane(part.partition)[0]
-                budgets.spend(tenant, part.plan.spent, part.plan.limited)
-            elif share == len(want.batches) and not offset:
-                part.plan = want
-            else:
-                part.plan = plan(part, share)
-            offset += len(part.plan.batches)
-            part.cursor.settle_held(part.plan, part.absent, part.stopped)
-            if share:
-                self.memory.served = part.partition
-        if len(parts) < len(self.memory.partitions) and not any(shares):
-            self.memory.served = parts[-1].partition  # nothing to do here: read the next ones
 
     def _publish_parts(self, parts: list[Part], now: int) -> int:
         """Publish the batches (a partition at a time in turn); move each partition's cursor on

@@ -37,7 +37,8 @@ from s3queue.protocol.deadletters import DeadLetter
 from s3queue.protocol.keys import QueueKeys
 from s3queue.protocol.tickets import Invocation
 from s3queue.storage.base import Storage
-from s3queue.working.worker import READ_AHEAD, Worker
+from s3queue.working.readahead import READ_AHEAD
+from s3queue.working.worker import Worker
 
 log = logging.getLogger(__name__)
 

@@ -21,7 +21,7 @@ user may name (queues, ids, partitions, lanes) `naming`'s; this module re-export
 
 A *partition* (a tenant, a client) is a folder of its own: ``msg/`` is the default partition's,
 ``parts/<partition>/`` a named one's, with the same names inside. The leader keeps a cursor per
-folder, so a partition's backlog never stands in front of another's messages (coordinator.py).
+folder, so a partition's backlog never stands in front of another's messages (folders.py).
 A view of the keys for one partition (`QueueKeys.partitioned`) is what the cursor, the planner
 and apply.py work with; `QueueKeys.owning` finds the view of any message key.
 
@@ -29,7 +29,7 @@ A *priority lane* is a folder too: a message of priority N (1-9; 0, the default,
 partition's own folder) lives in ``parts/<partition>~N/`` (``parts/~N/`` for the default
 partition), and a plain PUT says it the same way (``inbox/~N/<name>``,
 ``inbox/<partition>~N/<name>``). ``~`` is in no partition's name, so a folder's name says both
-(`split_lane`). The leader reads higher lanes first (coordinator.py); everything that works on
+(`split_lane`). The leader reads higher lanes first (folders.py); everything that works on
 one folder (cursor, planner, copies, tombstones) works on a lane unchanged. `QueueKeys.partition`
 is the folder's name (a lane's included); `QueueKeys.tenant` and `partition_of` the partition.
 

@@ -9,17 +9,17 @@ Every write to the ticket is a CAS on the ETag of the previous one, so once the 
 reaps an expired claim (a new generation), the old holder's next heartbeat or commit fails
 with `LeaseLost` and nothing it did after the last successful heartbeat counts.
 
-This module is the ticket flow: the fencing check, the claim, the walk over the ticket's
-messages (which may start, which are released), the commit and the apply. The claimed
-ticket's writes and heartbeat are claim.py's; running one message and judging its outcome,
-handle.py's.
+This module is the ticket flow: the fencing check, the claim, the commit and the apply. The
+walk over the ticket's messages (which may start, which are released) is walk.py's; reading
+its objects ahead of the handler, readahead.py's; the claimed ticket's writes and heartbeat,
+claim.py's; running one message and judging its outcome, handle.py's.
 """
 
 from __future__ import annotations
 
 import random
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, Literal
@@ -28,19 +28,20 @@ from s3queue.common.clock import Clock, SystemClock
 from s3queue.common.concurrency import RunAll, Threads, settled
 from s3queue.common.events import Emitter, Listener
 from s3queue.contract.settings import CoordinatorSettings, QueueSettings
-from s3queue.errors import LeaseLost, S3QueueError
+from s3queue.errors import LeaseLost
 from s3queue.protocol.keys import QueueKeys, check_queue_name
 from s3queue.protocol.lease import read_lease
-from s3queue.protocol.records import Record
 from s3queue.protocol.tickets import Invocation, Outcome, OutcomeKind, Ref, Ticket
 from s3queue.storage.base import Storage
 from s3queue.working.apply import apply_ticket
 from s3queue.working.claim import Beating, Claim
 from s3queue.working.guard import Guard
 from s3queue.working.handle import Handler, Runner
-from s3queue.working.load import Loaded, load_ref
+from s3queue.working.load import Loaded
+from s3queue.working.readahead import READ_AHEAD, Reader
 from s3queue.working.throttle import Throttle
 from s3queue.working.typed import bind
+from s3queue.working.walk import Walk
 
 __all__ = ["Handler", "Status", "WorkResult", "Worker"]
 
@@ -61,18 +62,6 @@ class WorkResult:
 
     def count(self, kind: OutcomeKind) -> int:
         return sum(1 for o in self.outcomes if o.kind == kind)
-
-
-READ_AHEAD = 32
-"""GETs of a ticket's objects in flight at once, at most (threads: one connection each)."""
-READ_WINDOW = 4 * READ_AHEAD
-"""Objects read ahead of the handler in one go, at most, by the `READ_AHEAD` threads: a thread
-takes the next object as soon as its last GET returned, so a window costs about
-``READ_WINDOW / READ_AHEAD`` GETs one after another plus one slow GET, where windows of
-`READ_AHEAD` each waited for their slowest GET (issue 22: ~90 ms per 32 objects on AWS, most
-of a grown ticket's time in its worker)."""
-READ_AHEAD_BYTES = 8 * 1024 * 1024
-"""...and at most this many bytes of them (by the sizes the LIST gave), at least one."""
 
 
 class Worker:
@@ -109,7 +98,7 @@ class Worker:
         self.heartbeat_thread = heartbeat_thread
         self.read_ahead: RunAll = read_ahead or Threads(READ_AHEAD, "s3queue-read")
         """How the next `READ_WINDOW` objects of a ticket are read, `READ_AHEAD` at a time
-        (concurrency.py)."""
+        (concurrency.py, readahead.py)."""
         self.runner = Runner(
             storage, self.keys, self.settings, clock=self.clock, rng=self.rng, emit=self.emit
         )
@@ -170,14 +159,14 @@ class Worker:
         self, key: str, ticket: Ticket, preloaded: dict[str, Loaded | None]
     ) -> WorkResult | None:
         """Refuse a ticket the lease does not accept: fenced, or not yet sealed (deferred).
-        A first delivery's first object, which the claim reads next (`_note_first`), is read
+        A first delivery's first object, which the claim reads next (`_first`), is read
         at the same time: a read changes nothing, and a fenced ticket is rare."""
         lease_read = partial(read_lease, self.storage, self.keys.lease)
         if ticket.generation > 0 or not ticket.refs or ticket.state != "pending":
             lease = lease_read()
         else:
             first = ticket.refs[0]
-            jobs: list[Callable[[], Any]] = [lease_read, partial(self._load, first, preloaded)]
+            jobs: list[Callable[[], Any]] = [lease_read, partial(Reader(self, preloaded), first)]
             lease = settled(self.read_ahead, jobs)[0]
         verdict = lease.accepts(ticket.epoch, ticket.seq) if lease else False
         if verdict:
@@ -197,7 +186,7 @@ class Worker:
         key = claim.key
         try:
             with Beating(claim, self.heartbeat_thread):
-                self._run(claim, guard, remaining_ms, throttle)
+                Walk(self, claim, guard, remaining_ms, throttle).run()
             claim.commit()
         except LeaseLost:
             self.emit("lease_lost", self.clock.now_ms(), ticket=key, owner=self.owner)
@@ -209,7 +198,7 @@ class Worker:
             ticket=key,
             outcomes=[(o.id, o.kind) for o in claim.ticket.outcomes],
         )
-        self._apply(key, claim.ticket, claim.etag, self._loader(claim), remaining_ms)
+        self._apply(key, claim.ticket, claim.etag, Reader(self, claim.loaded), remaining_ms)
         guard.reraise()  # a Ctrl-C in the main thread, now that nothing waits on a lease
         return WorkResult(key, "committed", list(claim.ticket.outcomes))
 
@@ -254,7 +243,7 @@ class Worker:
     ) -> Claim | WorkResult:
         for _ in range(2):  # a second try when the ticket was reaped into a new generation
             if ticket.state == "committed":
-                loader = self._loader(None)
+                loader = Reader(self, {})
                 if not self._apply(key, ticket, etag, loader, remaining_ms, helper=True):
                     return WorkResult(key, "paused", list(ticket.outcomes))
                 return WorkResult(key, "applied", list(ticket.outcomes))
@@ -297,146 +286,9 @@ class Worker:
         if remaining_ms is not None and remaining_ms() < self.time_margin_ms:
             return None  # it will be released, not started
         ref = ticket.refs[0]
-        first = self._load(ref, preloaded)
+        first = Reader(self, preloaded)(ref)
         # An explicit id reads (and starts) its marker before it runs: not noted here, so that
         # a crash in that I/O counts no delivery for it (`Runner.settle`).
         if first is None or not first.records or first.error is not None:
             return None
         return None if first.records[0].dedup else (ref.key, first.records[0].id)
-
-    def _read_ahead(self, refs: list[Ref], cache: dict[str, Loaded | None]) -> None:
-        """Read `refs`' objects at once, into `cache`: a ticket's GETs overlap instead of
-        adding up. One that fails is left out: `_load` reads it again in its turn, and its
-        error surfaces there, where it did before."""
-        wanted = [ref for ref in refs if ref.key not in cache]
-        max_bytes = self.settings.max_message_bytes
-
-        def read(ref: Ref) -> tuple[str, Loaded | None] | None:
-            try:
-                return ref.key, load_ref(self.storage, self.keys, ref, max_bytes)
-            except S3QueueError:
-                return None
-
-        jobs: list[Callable[[], Any]] = [partial(read, ref) for ref in wanted]
-        for found in self.read_ahead(jobs):
-            if found is not None:
-                cache[found[0]] = found[1]
-
-    def _load(self, ref: Ref, cache: dict[str, Loaded | None]) -> Loaded | None:
-        """`ref`'s object, read once per claim: the cache holds what was read before."""
-        if ref.key not in cache:
-            cache[ref.key] = load_ref(self.storage, self.keys, ref, self.settings.max_message_bytes)
-        return cache[ref.key]
-
-    def _loader(self, claim: Claim | None) -> Callable[[Ref], Loaded | None]:
-        cache: dict[str, Loaded | None] = claim.loaded if claim else {}
-        return lambda ref: self._load(ref, cache)
-
-    def _run(
-        self,
-        claim: Claim,
-        guard: Guard,
-        remaining_ms: Callable[[], int] | None,
-        throttle: Throttle | None,
-    ) -> None:
-        loaded = claim.loaded
-        partition = claim.ticket.tenant(self.keys)
-        recorded = {(o.ref, o.id): o.kind for o in claim.ticket.outcomes}
-        failed_groups: set[str] = set()
-        left = claim.ticket.permit_messages
-        for ref, index, record, error in self._messages(claim, loaded):
-            left -= 1
-            if (ref.key, record.id) in recorded:
-                # Recorded by an earlier delivery's heartbeat: a group whose message failed
-                # there stays failed here, or the next one would overtake its retry.
-                if recorded[(ref.key, record.id)] == "retry" and record.group is not None:
-                    failed_groups.add(record.group)
-                continue
-            stop = self._stop_reason(guard, remaining_ms)
-            if stop is None and record.group is not None and record.group in failed_groups:
-                stop = "earlier message of its group failed"
-            if stop is None and throttle is not None and not throttle.may_start():
-                stop = self._permit(claim, guard, remaining_ms, throttle, left + 1)
-            if stop is not None:
-                self._release(claim, ref, record, stop)
-                continue
-            outcome = self.runner.settle(ref, index, record, error)
-            if outcome is None:  # it runs: noted as running with no I/O before its start
-                self._before_start(claim, ref, index, record)
-                if throttle is not None:
-                    throttle.started()
-                outcome = self.runner.start(
-                    guard,
-                    ref,
-                    index,
-                    record,
-                    redelivered=claim.ticket.generation > 0,
-                    partition=partition,
-                )
-            if outcome.kind == "retry" and record.group is not None:
-                failed_groups.add(record.group)
-            claim.record(outcome)
-
-    def _permit(
-        self,
-        claim: Claim,
-        guard: Guard,
-        remaining_ms: Callable[[], int] | None,
-        throttle: Throttle,
-        want: int,
-    ) -> str | None:
-        """More starts for a ticket that outlasted its grant, heartbeating while it waits."""
-
-        def beat() -> None:
-            if self.clock.now_ms() >= claim.next_beat_ms:
-                claim.beat()
-
-        return throttle.acquire(want, partial(self._stop_reason, guard, remaining_ms), beat)
-
-    def _stop_reason(self, guard: Guard, remaining_ms: Callable[[], int] | None) -> str | None:
-        """Why no further handler of this ticket may start, if none may."""
-        if guard.interrupt is not None:
-            return "worker interrupted"
-        if remaining_ms is not None and remaining_ms() < self.time_margin_ms:
-            return "time short"
-        return None
-
-    def _before_start(self, claim: Claim, ref: Ref, index: int, record: Record) -> None:
-        """Never start a handler on a lapsed lease: renew first if a heartbeat is overdue (a
-        worker that was frozen finds out here that it was reaped); that heartbeat saves the
-        outcomes so far and notes which message starts, so a lease expiry counts a delivery
-        for it and for no other message (Ticket.expire). On a redelivered ticket, where a
-        worker-killing message is likely, note it before every start (one PUT each)."""
-        noted = claim.note_running(ref.key, index, record.id)
-        if (claim.ticket.generation > 0 and not noted) or self.clock.now_ms() >= claim.next_beat_ms:
-            claim.beat()
-
-    def _messages(
-        self, claim: Claim, loaded: dict[str, Loaded | None]
-    ) -> Iterator[tuple[Ref, int, Record, str | None]]:
-        refs = claim.ticket.refs
-        for at, ref in enumerate(refs):
-            if ref.key not in loaded:  # the first may have been read before the claim
-                self._read_ahead(_window(refs, at), loaded)
-            result = self._load(ref, loaded)
-            if result is None:
-                continue
-            for index, record in enumerate(result.records):
-                yield ref, index, record, result.error
-
-    def _release(self, claim: Claim, ref: Ref, record: Record, why: str) -> None:
-        now = self.clock.now_ms()
-        self.emit("release", now, ticket=claim.key, message_id=record.id, reason=why)
-        claim.record(Outcome(ref.key, record.id, "release", now, why))
-
-
-def _window(refs: list[Ref], at: int) -> list[Ref]:
-    """The refs to read at once from `at`: `READ_WINDOW` of them, within `READ_AHEAD_BYTES`."""
-    window: list[Ref] = []
-    total = 0
-    for ref in refs[at : at + READ_WINDOW]:
-        total += ref.size
-        if window and total > READ_AHEAD_BYTES:
-            break
-        window.append(ref)
-    return window
