@@ -7,6 +7,7 @@ import json
 
 from harness import Harness, Recorder
 from s3queue.contract.settings import QueueSettings
+from s3queue.dispatching.coordinator import Coordinator
 from s3queue.protocol.keys import QueueKeys
 from s3queue.protocol.tickets import Ref, Ticket
 
@@ -102,5 +103,22 @@ def test_stats_and_an_invocation_are_exactly_their_typed_contracts() -> None:
     assert set(stats) == QueueStats.__required_keys__
     assert set(stats["partitions"]["acme"]) == set(Counts.__required_keys__)
     h.tick()
+    [invocation] = h.invocations  # as a Lambda gets it: the document, never the object
+    assert set(invocation) == set(Invocation.__annotations__) - {"held"}
+
+
+def test_an_in_process_worker_gets_the_ticket_itself_not_its_json() -> None:
+    """The local runtime's coordinator hands its threads a copy of the ticket (issue 20): no
+    encode and no decode on the way; each claim works on a copy of its own."""
+    h = Harness()
+    h.coordinator = Coordinator(
+        h.storage, "jobs", invoker=h.invocations.append, clock=h.clock, in_process=True
+    )
+    h.queue.enqueue({"n": 1})
+    h.tick()
     [invocation] = h.invocations
-    assert set(invocation) == Invocation.__required_keys__ | Invocation.__optional_keys__
+    held = invocation.get("held")
+    assert "doc" not in invocation and held is not None
+    handler = Recorder()
+    h.work(handler)
+    assert [m.body for m in handler.seen] == [{"n": 1}] and held.state == "pending"

@@ -94,6 +94,7 @@ class Coordinator:
         listener: Listener | None = None,
         run_all: RunAll | None = None,
         pace: sizing.Pace | None = None,
+        in_process: bool = False,
     ) -> None:
         self.storage = storage
         self.keys = QueueKeys(prefix, check_queue_name(queue))
@@ -120,6 +121,7 @@ class Coordinator:
             clock=self.clock,
             invoker=invoker,
             emit=self.emit,
+            in_process=in_process,
         )
         self.pace = pace or sizing.Pace()
         """How fast tickets have been finishing: about the handler, so kept across epochs (and

@@ -33,7 +33,9 @@ class LambdaInvoker:
         response = self._client.invoke(
             FunctionName=function,
             InvocationType="Event",
-            Payload=json.dumps(invocation, separators=(",", ":")).encode(),
+            Payload=json.dumps(
+                {k: v for k, v in invocation.items() if k != "held"}, separators=(",", ":")
+            ).encode(),
         )
         status = int(response.get("StatusCode", 0))
         if status != ACCEPTED:

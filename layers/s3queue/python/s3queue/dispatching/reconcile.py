@@ -65,9 +65,12 @@ class Reconciler:
         clock: Clock,
         invoker: Invoker,
         emit: Emitter,
+        in_process: bool = False,
     ) -> None:
         self.storage, self.keys, self.settings, self.config = storage, keys, settings, config
         self.lease, self.clock, self.invoker, self.emit = lease, clock, invoker, emit
+        self.in_process = in_process
+        """The invoker starts workers in this process: hand them the ticket, not its JSON."""
 
     def outranked(self, listed: list[Entry]) -> bool:
         """A ticket of a later epoch: another leader took over while we were paused (our lease
@@ -208,7 +211,7 @@ class Reconciler:
         """Start a worker on the ticket; a failed invoke is retried after dispatch_timeout."""
         found.invoked_ms = now
         try:
-            self.invoker(found.ticket.invocation(key, found.etag))
+            self.invoker(found.ticket.invocation(key, found.etag, held=self.in_process))
         except Exception as exc:  # noqa: BLE001 - a lost invoke is retried after dispatch_timeout
             self.emit("invoke_failed", now, ticket=key, error=repr(exc))
             return

@@ -128,6 +128,7 @@ class _Runtime:
                 storage,
                 name,
                 invoker=self._offer,
+                in_process=True,  # its workers are this process's threads
                 prefix=prefix,
                 settings=spec.settings,
                 coordination=coordination,

@@ -45,6 +45,9 @@ class Invocation(TypedDict):
     """The ticket's ETag as published: the worker claims it If-Match, without a GET."""
     doc: NotRequired[dict[str, Any]]
     """The ticket document, up to `INLINE_DOC_BYTES` encoded; else the worker GETs it."""
+    held: NotRequired[Ticket]
+    """The ticket itself, for a worker in the publisher's own process (the local runtime): no
+    encode, no decode on the way. Never sent over the wire (invoke.py leaves it out)."""
 
 
 @dataclass(slots=True)
@@ -259,10 +262,14 @@ class Ticket:
         """The messages a rate-limited ticket asks its counters for (its permit says)."""
         return self.permit.messages if self.permit is not None else 0
 
-    def invocation(self, key: str, etag: str) -> Invocation:
+    def invocation(self, key: str, etag: str, *, held: bool = False) -> Invocation:
         """What the coordinator sends a worker: enough to claim without reading the ticket,
-        or, for a document above `INLINE_DOC_BYTES`, a reference the worker GETs."""
+        or, for a document above `INLINE_DOC_BYTES`, a reference the worker GETs. `held`: for
+        a worker in this process, a copy of the ticket itself instead of its document."""
         invocation = Invocation(queue=self.queue, ticket=key, etag=etag)
+        if held:
+            invocation["held"] = self.copy()
+            return invocation
         encoded = self.encode("")
         if len(encoded) <= INLINE_DOC_BYTES:
             invocation["doc"] = json.loads(encoded)

@@ -67,13 +67,14 @@ class Puller:
     def learn(self, payload: Invocation) -> None:
         """A pending ticket's payload as its publisher has it (this process's coordinator, which
         found no free thread for it): pulled without a GET, by `take` at once."""
-        key, doc = str(payload["ticket"]), payload.get("doc")
-        if not doc or not payload.get("etag"):
+        key, doc, ticket = str(payload["ticket"]), payload.get("doc"), payload.get("held")
+        if not payload.get("etag") or (ticket is None and not doc):
             return  # a large ticket's reference: the next poll reads it
-        try:
-            ticket = Ticket.decode(doc)
-        except MalformedMessage:
-            return
+        if ticket is None:
+            try:
+                ticket = Ticket.decode(doc or {})
+            except MalformedMessage:
+                return
         partition = ticket.tenant(self.keys)
         self._pending[key] = (partition, payload)
         self._known[key] = self.clock.now_ms()

@@ -227,7 +227,9 @@ class Worker:
         return False
 
     def _ticket(self, invocation: Invocation, key: str) -> tuple[Ticket, str] | None:
-        doc, etag = invocation.get("doc"), invocation.get("etag")
+        held, doc, etag = invocation.get("held"), invocation.get("doc"), invocation.get("etag")
+        if held is not None and etag:  # the publisher's own copy: this claim's own copy of it
+            return held.copy(), str(etag)
         if doc and etag:
             return Ticket.decode(doc), str(etag)
         obj = self.storage.get(key)
