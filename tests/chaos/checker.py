@@ -151,7 +151,7 @@ def _check_versions(t: Timeline, expect: Expect, report: Report) -> None:
         # A failed PUT of the key may have landed all the same, even after the last one (a
         # zombie request), overwriting it.
         later = any(n != last and n // 1000 == last // 1000 for n in failed)
-        purged = any(puts[-1].seq < (p[-1] if len(p) > 1 else math.inf) for p in t.purges)
+        purged = tl.purged_between(t, puts[-1].seq, math.inf)
         if expect.drained and not later and not purged and not ran.get(last):
             report.add("foreign_version", message_id, f"its last version n={last} never ran")
 

@@ -143,11 +143,10 @@ def maybe_purged(t: Timeline, message_id: str) -> bool:
     acked = t.acked.get(message_id)
     if acked is None:  # an enqueue that raised, landed all the same (a zombie PUT): any time
         return bool(t.purges)
-    ends = [p[-1] if len(p) > 1 else math.inf for p in t.purges]
-    return any(acked.seq < end for end in ends)
+    return purged_between(t, acked.seq, math.inf)
 
 
-def purged_between(t: Timeline, after: int, before: int) -> bool:
+def purged_between(t: Timeline, after: float, before: float) -> bool:
     """A purge ran (at least in part) between two sequence numbers: a message it took and that
     was then enqueued again by its id is a fresh one (attempt 1, not a redelivery)."""
     return any(p[0] < before and (p[-1] if len(p) > 1 else math.inf) > after for p in t.purges)

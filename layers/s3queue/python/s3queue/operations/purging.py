@@ -11,7 +11,7 @@ import contextlib
 from collections.abc import Callable, Collection, Iterator
 
 from s3queue.errors import MalformedMessage, QueueNotFound
-from s3queue.operations.admin import dead_count, dead_payload_keys, message_count
+from s3queue.operations.admin import dead_count, dead_payload_keys, exists, message_count
 from s3queue.protocol.keys import QueueKeys
 from s3queue.protocol.records import decode_records
 from s3queue.protocol.tickets import Ticket
@@ -35,7 +35,7 @@ def purge(storage: Storage, keys: QueueKeys, *, include_dlq: bool = False) -> in
       paid only when the queue has any under ``blobs/``); any other (a message on its way, in
       flight, or a dead producer's upload: ``s3queue gc``) stays.
     """
-    if not storage.list(keys.root, limit=1).entries:
+    if not exists(storage, keys):
         raise QueueNotFound(f"queue {keys.queue!r} has no objects under {keys.root}")
     live = _live_refs(storage, keys)
     blobs: set[str] | None = set() if storage.list(keys.blobs, limit=1).entries else None
