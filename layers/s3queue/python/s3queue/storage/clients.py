@@ -5,12 +5,17 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from datetime import datetime
 from typing import Any, Literal
 
 import boto3
+import botocore.session
+from botocore import handlers
 from botocore.config import Config
+from botocore.utils import parse_timestamp
 
 from s3queue.contract.environment import ENV_ENDPOINT_URL
+from s3queue.storage.responses import plainly_complete, timestamp
 
 
 def make_client(
@@ -40,6 +45,9 @@ def make_client(
     token of a send rate that drops at each throttle and climbs back as requests succeed, so
     an overloaded bucket slows its producers instead of their retries crowding out the queue's
     own writes.
+
+    Two of botocore's steps are done more cheaply, with the same outcome (client CPU per S3
+    call, `parse_time` and `check_200`): timestamps, and its search for an error in a 200.
     """
     if endpoint_url is None:
         endpoint_url = (os.environ if environ is None else environ).get(ENV_ENDPOINT_URL) or None
@@ -58,14 +66,41 @@ def make_client(
     if credentials is not None:
         keys = {"aws_access_key_id": credentials[0], "aws_secret_access_key": credentials[1]}
     # A session per client: creating clients from boto3's default session is not thread-safe.
-    session = boto3.session.Session()
-    return session.client(
+    core = botocore.session.get_session()
+    core.get_component("response_parser_factory").set_parser_defaults(timestamp_parser=parse_time)
+    session = boto3.session.Session(botocore_session=core)
+    client = session.client(
         "s3",
         endpoint_url=endpoint_url,
         region_name=region or ("us-east-1" if endpoint_url else None),
         config=config,
         **keys,
     )
+    client.meta.events.unregister("before-parse.s3.*", handlers._handle_200_error)
+    client.meta.events.register_first(
+        "before-parse.s3.*", check_200, unique_id="s3queue-check-200"
+    )
+    return client
+
+
+def parse_time(value: Any) -> datetime:
+    """botocore's timestamp parser, by the standard library for S3's own two forms."""
+    if isinstance(value, str):
+        moment = timestamp(value)
+        if moment is not None:
+            return moment
+    parsed: datetime = parse_timestamp(value)
+    return parsed
+
+
+def check_200(response_dict: dict[str, Any] | None = None, **kwargs: Any) -> None:
+    """botocore's ``_handle_200_error`` (an error in a 200's body, or a truncated body, turns
+    it into a 500 to retry), skipped for a body that is plainly whole and no error."""
+    if response_dict and response_dict.get("status_code") == 200:
+        body = response_dict.get("body")
+        if isinstance(body, bytes) and plainly_complete(body):
+            return
+    handlers._handle_200_error(response_dict=response_dict, **kwargs)
 
 
 def make_lambda_client(
