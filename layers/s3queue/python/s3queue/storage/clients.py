@@ -4,14 +4,16 @@ and Lambda (the coordinator's asynchronous invokes)."""
 from __future__ import annotations
 
 import os
+import xml.etree.ElementTree as ET
 from collections.abc import Mapping
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import boto3
 import botocore.session
 from botocore import handlers
 from botocore.config import Config
+from botocore.parsers import ResponseParserFactory, RestXMLParser
 from botocore.utils import parse_timestamp
 
 from s3queue.contract.environment import ENV_ENDPOINT_URL
@@ -46,8 +48,9 @@ def make_client(
     an overloaded bucket slows its producers instead of their retries crowding out the queue's
     own writes.
 
-    Two of botocore's steps are done more cheaply, with the same outcome (client CPU per S3
-    call, `parse_time` and `check_200`): timestamps, and its search for an error in a 200.
+    Three of botocore's steps are done more cheaply, with the same outcome (client CPU per
+    S3 call): timestamps (`parse_time`), its search for an error in a 200 (`check_200`), and
+    its walk of an answer's headers and XML (`LeanXMLParser`).
     """
     if endpoint_url is None:
         endpoint_url = (os.environ if environ is None else environ).get(ENV_ENDPOINT_URL) or None
@@ -67,7 +70,9 @@ def make_client(
         keys = {"aws_access_key_id": credentials[0], "aws_secret_access_key": credentials[1]}
     # A session per client: creating clients from boto3's default session is not thread-safe.
     core = botocore.session.get_session()
-    core.get_component("response_parser_factory").set_parser_defaults(timestamp_parser=parse_time)
+    parsers = LeanParserFactory()
+    parsers.set_parser_defaults(timestamp_parser=parse_time)
+    core.register_component("response_parser_factory", parsers)
     session = boto3.session.Session(botocore_session=core)
     client = session.client(
         "s3",
@@ -77,9 +82,7 @@ def make_client(
         **keys,
     )
     client.meta.events.unregister("before-parse.s3.*", handlers._handle_200_error)
-    client.meta.events.register_first(
-        "before-parse.s3.*", check_200, unique_id="s3queue-check-200"
-    )
+    client.meta.events.register_first("before-parse.s3.*", check_200, unique_id="s3queue-check-200")
     return client
 
 
@@ -101,6 +104,113 @@ def check_200(response_dict: dict[str, Any] | None = None, **kwargs: Any) -> Non
         if isinstance(body, bytes) and plainly_complete(body):
             return
     handlers._handle_200_error(response_dict=response_dict, **kwargs)
+
+
+class LeanParserFactory(ResponseParserFactory):  # type: ignore[misc]
+    """botocore's parser factory, with `LeanXMLParser` for S3's protocol (rest-xml)."""
+
+    def create_parser(self, protocol_name: str) -> Any:
+        if protocol_name == "rest-xml":
+            return LeanXMLParser(**self._defaults)
+        return super().create_parser(protocol_name)
+
+
+HeaderPlan = tuple[tuple[str, Any, str, str], ...]
+BodyPlan = tuple[tuple[str, Any, str, str], ...]
+_SCALARS = {"string": "s", "integer": "i", "long": "i", "boolean": "b", "timestamp": "t"}
+
+
+class LeanXMLParser(RestXMLParser):  # type: ignore[misc]
+    """botocore's rest-xml parser, with each shape's members planned once, not per answer.
+
+    Headers: botocore asks its case-insensitive `HeadersDict` once for each header the
+    output shape may carry (GetObject: about 50); here the few headers an answer has are
+    lower-cased once. XML: botocore works out each member's XML name and parser again for
+    every element (a LIST of 1,000 keys has 1,000 ``Contents``); here a structure's plan
+    lists them, and scalars are read in place. Shapes with anything unusual (an exception,
+    a tagged union, an XML attribute) and repeated elements go botocore's way.
+    """
+
+    _plans: ClassVar[dict[int, tuple[Any, HeaderPlan]]] = {}
+    _bodies: ClassVar[dict[int, tuple[Any, BodyPlan | None]]] = {}
+    _tags: ClassVar[dict[str, str]] = {}
+
+    def _parse_non_payload_attrs(
+        self, response: dict[str, Any], shape: Any, member_shapes: Any, final_parsed: Any
+    ) -> None:
+        headers = response["headers"]
+        lowered = {str(name).lower(): value for name, value in headers.items()}
+        for name, member, location, header in self._header_plan(member_shapes):
+            if location == "header":
+                if header in lowered:
+                    final_parsed[name] = self._parse_shape(member, lowered[header])
+            elif location == "headers":
+                final_parsed[name] = self._parse_header_map(member, headers)
+            else:  # statusCode
+                final_parsed[name] = self._parse_shape(member, response["status_code"])
+
+    def _header_plan(self, member_shapes: Any) -> HeaderPlan:
+        """The members that S3 sends outside the body: name, shape, location, header name."""
+        known = self._plans.get(id(member_shapes))
+        if known is not None and known[0] is member_shapes:
+            return known[1]
+        plan = tuple(
+            (name, member, location, str(member.serialization.get("name", name)).lower())
+            for name, member in member_shapes.items()
+            if (location := member.serialization.get("location"))
+            in ("header", "headers", "statusCode")
+        )
+        self._plans[id(member_shapes)] = (member_shapes, plan)
+        return plan
+
+    def _node_tag(self, node: Any) -> str:
+        tag: str = node.tag
+        name = self._tags.get(tag)
+        if name is None:
+            name = self._tags[tag] = self._namespace_re.sub("", tag)
+        return name
+
+    def _handle_structure(self, shape: Any, node: Any) -> Any:
+        plan = self._body_plan(shape)
+        if plan is None or not isinstance(node, ET.Element):
+            return super()._handle_structure(shape, node)
+        found = self._build_name_to_xml_node(node)
+        parsed: dict[str, Any] = {}
+        for name, member, xml_name, kind in plan:
+            child = found.get(xml_name)
+            if child is None:
+                continue
+            if not kind or not isinstance(child, ET.Element):
+                parsed[name] = self._parse_shape(member, child)
+                continue
+            text = child.text or ""
+            if kind == "s":
+                parsed[name] = text
+            elif kind == "i":
+                parsed[name] = int(text)
+            elif kind == "b":
+                parsed[name] = text == "true"
+            else:
+                parsed[name] = self._timestamp_parser(text)
+        return parsed
+
+    def _body_plan(self, shape: Any) -> BodyPlan | None:
+        """The members of `shape` in the XML body: name, shape, XML name, scalar kind."""
+        known = self._bodies.get(id(shape))
+        if known is not None and known[0] is shape:
+            return known[1]
+        plan: BodyPlan | None = ()
+        if shape.metadata.get("exception", False) or shape.is_tagged_union:
+            plan = None
+        for name, member in shape.members.items():
+            where = member.serialization
+            if plan is None or where.get("xmlAttribute") or where.get("jsonvalue"):
+                plan = None
+            elif where.get("location") not in self.KNOWN_LOCATIONS and not where.get("eventheader"):
+                kind = _SCALARS.get(member.type_name, "")
+                plan += ((name, member, self._member_key_name(member, name), kind),)
+        self._bodies[id(shape)] = (shape, plan)
+        return plan
 
 
 def make_lambda_client(
