@@ -12,6 +12,7 @@ import pytest
 from botocore.awsrequest import HeadersDict
 from botocore.parsers import RestXMLParser
 from botocore.utils import parse_timestamp
+from s3queue.storage import clients
 from s3queue.storage.clients import LeanXMLParser, check_200, make_client, parse_time
 from s3queue.storage.responses import plainly_complete, timestamp
 
@@ -105,6 +106,32 @@ def test_the_clients_we_make_use_the_lean_parser() -> None:
     client = make_client("http://127.0.0.1:9")
     factory = client._endpoint._response_parser_factory
     assert isinstance(factory.create_parser("rest-xml"), LeanXMLParser)
+
+
+def test_botocore_still_has_every_private_name_the_lean_parser_relies_on() -> None:
+    # A botocore upgrade that renames one fails here, loudly (the clients then fall back)
+    assert clients.lean_parsing_supported()
+
+
+def test_a_botocore_without_them_keeps_its_own_parser(monkeypatch: pytest.MonkeyPatch) -> None:
+    # GIVEN a botocore whose parser lost a name the lean one calls
+    monkeypatch.setitem(clients._RELIED_ON, RestXMLParser, ("_a_name_botocore_renamed",))
+    # WHEN a client is made
+    client = make_client("http://127.0.0.1:9")
+    parser = client._endpoint._response_parser_factory.create_parser("rest-xml")
+    # THEN it parses with botocore's own parser
+    assert type(parser) is RestXMLParser
+
+
+def test_each_client_plans_its_own_shapes() -> None:
+    # Shapes belong to a client: their plans go with it, not into a cache that outlives it
+    first, second = (
+        make_client("http://127.0.0.1:9")._endpoint._response_parser_factory.create_parser(
+            "rest-xml"
+        )
+        for _ in range(2)
+    )
+    assert first._plans is not second._plans and first._bodies is not second._bodies
 
 
 @pytest.mark.parametrize(

@@ -3,11 +3,12 @@ and Lambda (the coordinator's asynchronous invokes)."""
 
 from __future__ import annotations
 
+import inspect
 import os
 import xml.etree.ElementTree as ET
 from collections.abc import Mapping
 from datetime import datetime
-from typing import Any, ClassVar, Literal
+from typing import Any, Literal
 
 import boto3
 import botocore.session
@@ -70,9 +71,10 @@ def make_client(
         keys = {"aws_access_key_id": credentials[0], "aws_secret_access_key": credentials[1]}
     # A session per client: creating clients from boto3's default session is not thread-safe.
     core = botocore.session.get_session()
-    parsers = LeanParserFactory()
-    parsers.set_parser_defaults(timestamp_parser=parse_time)
-    core.register_component("response_parser_factory", parsers)
+    if lean_parsing_supported():
+        parsers = LeanParserFactory()
+        parsers.set_parser_defaults(timestamp_parser=parse_time)
+        core.register_component("response_parser_factory", parsers)
     session = boto3.session.Session(botocore_session=core)
     client = session.client(
         "s3",
@@ -114,12 +116,56 @@ def check_200(response_dict: dict[str, Any] | None = None, **kwargs: Any) -> Non
         _BOTOCORE_CHECK_200(response_dict=response_dict, **kwargs)
 
 
+_RELIED_ON = {
+    RestXMLParser: (
+        "_parse_non_payload_attrs",
+        "_handle_structure",
+        "_build_name_to_xml_node",
+        "_member_key_name",
+        "_namespace_re",
+        "_parse_shape",
+        "_parse_header_map",
+    ),
+    ResponseParserFactory: ("set_parser_defaults", "create_parser"),
+}
+"""botocore's private names `LeanXMLParser` and `LeanParserFactory` override or call."""
+
+
+def lean_parsing_supported() -> bool:
+    """Whether this botocore still has every private name the lean parser relies on, with
+    the signature it overrides. False (a botocore that renamed one) leaves botocore's own
+    parser in place: slower, never wrong; `tests/test_client_parsing.py` fails loudly then."""
+    try:
+        made = {RestXMLParser: RestXMLParser(), ResponseParserFactory: ResponseParserFactory()}
+    except TypeError:
+        return False
+    if not all(hasattr(made[cls], name) for cls, names in _RELIED_ON.items() for name in names):
+        return False
+    if not isinstance(getattr(made[ResponseParserFactory], "_defaults", None), dict):
+        return False
+    wanted = ["self", "response", "shape", "member_shapes", "final_parsed"]
+    return list(inspect.signature(RestXMLParser._parse_non_payload_attrs).parameters) == wanted
+
+
 class LeanParserFactory(ResponseParserFactory):  # type: ignore[misc]
-    """botocore's parser factory, with `LeanXMLParser` for S3's protocol (rest-xml)."""
+    """botocore's parser factory, with `LeanXMLParser` for S3's protocol (rest-xml).
+
+    botocore asks it for a parser per answer; the shapes' plans live here, one set per
+    client (a client's shapes live as long as it does), not in a class-wide cache that would
+    grow with every client made."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._headers: dict[int, tuple[Any, HeaderPlan]] = {}
+        self._structures: dict[int, tuple[Any, BodyPlan | None]] = {}
+        self._names: dict[str, str] = {}
 
     def create_parser(self, protocol_name: str) -> Any:
         if protocol_name == "rest-xml":
-            return LeanXMLParser(**self._defaults)
+            parser = LeanXMLParser(**self._defaults)
+            parser._plans, parser._bodies = self._headers, self._structures
+            parser._tags = self._names
+            return parser
         return super().create_parser(protocol_name)
 
 
@@ -139,9 +185,9 @@ class LeanXMLParser(RestXMLParser):  # type: ignore[misc]
     a tagged union, an XML attribute) and repeated elements go botocore's way.
     """
 
-    _plans: ClassVar[dict[int, tuple[Any, HeaderPlan]]] = {}
-    _bodies: ClassVar[dict[int, tuple[Any, BodyPlan | None]]] = {}
-    _tags: ClassVar[dict[str, str]] = {}
+    _plans: dict[int, tuple[Any, HeaderPlan]] = {}  # noqa: RUF012 (the factory's, per client)
+    _bodies: dict[int, tuple[Any, BodyPlan | None]] = {}  # noqa: RUF012
+    _tags: dict[str, str] = {}  # noqa: RUF012
 
     def _parse_non_payload_attrs(
         self, response: dict[str, Any], shape: Any, member_shapes: Any, final_parsed: Any
