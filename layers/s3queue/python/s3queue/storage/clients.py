@@ -14,10 +14,12 @@ import boto3
 import botocore.session
 from botocore import handlers
 from botocore.config import Config
+from botocore.credentials import Credentials
 from botocore.parsers import ResponseParserFactory, RestXMLParser
 from botocore.utils import parse_timestamp
 
 from s3queue.contract.environment import ENV_ENDPOINT_URL
+from s3queue.storage.lean import Settings, register
 from s3queue.storage.responses import plainly_complete, timestamp
 
 
@@ -32,6 +34,7 @@ def make_client(
     connect_timeout: float = 5.0,
     read_timeout: float = 20.0,
     environ: Mapping[str, str] | None = None,
+    lean: bool = True,
 ) -> Any:
     """A boto3 S3 client tuned for many small requests from many threads.
 
@@ -51,7 +54,9 @@ def make_client(
 
     Three of botocore's steps are done more cheaply, with the same outcome (client CPU per
     S3 call): timestamps (`parse_time`), its search for an error in a 200 (`check_200`), and
-    its walk of an answer's headers and XML (`LeanXMLParser`).
+    its walk of an answer's headers and XML (`LeanXMLParser`). With an endpoint URL and the
+    standard retry mode, `S3Storage` sends its hot calls (GET, HEAD, PUT, DELETE of one key)
+    by the lean path of `s3queue.storage.lean` unless `lean` is False.
     """
     if endpoint_url is None:
         endpoint_url = (os.environ if environ is None else environ).get(ENV_ENDPOINT_URL) or None
@@ -88,6 +93,11 @@ def make_client(
         client.meta.events.register_first(
             "before-parse.s3.*", check_200, unique_id="s3queue-check-200"
         )
+    if lean and endpoint_url and retry_mode == "standard":
+        signing = Credentials(*credentials) if credentials is not None else core.get_credentials()
+        if signing is not None:
+            settings = Settings(signing, endpoint_url, client.meta.region_name, sdk_retries + 1)
+            register(client, settings)
     return client
 
 
