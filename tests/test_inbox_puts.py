@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from harness import Harness
 from s3queue import run_local
 from s3queue.dispatching.coordinator import Coordinator
 from s3queue.local.cli import main
@@ -143,3 +144,37 @@ def test_dev_drain_returns_after_one_raw_put(
     assert "drained after" in out
     [row] = [line.split() for line in out.splitlines() if line.startswith("jobs")]
     assert row[1:3] == ["1", "0"]  # processed 1, failed 0
+
+
+def test_an_empty_inbox_is_listed_with_the_folders_and_a_busy_one_at_every_tick() -> None:
+    # GIVEN a queue whose ticks follow each other at once (its clock stands still)
+    h = Harness()
+    h.queue.enqueue("library")
+    listed: list[str] = []
+    h.storage.list = _recording(h.storage.list, listed)  # type: ignore[method-assign]
+    inbox = h.queue.keys.inbox
+    assert h.tick().dispatched == 1  # the first tick lists the inbox (empty) and the folders
+    # WHEN another service PUTs into the inbox, right after a tick that found it empty
+    h.storage.put(inbox + "a.json", b'{"n": 1}')
+    listed.clear()
+    # THEN the next ticks within `discover_interval` do not list it (two LISTs, not three) ...
+    assert h.tick().dispatched == 0 and inbox not in listed
+    # ... the next one at the folders' interval does, and finds it
+    h.clock.advance(1.0)
+    assert h.tick().dispatched == 1 and inbox in listed
+    # AND an inbox that had objects is listed at every tick, until it is found empty again
+    h.storage.put(inbox + "b.json", b'{"n": 2}')
+    assert h.tick().dispatched == 1
+    h.work(lambda _m: None)  # handled: the inbox objects are deleted
+    listed.clear()
+    assert h.tick().dispatched == 0 and inbox in listed  # found empty here
+    listed.clear()
+    assert h.tick().dispatched == 0 and inbox not in listed
+
+
+def _recording(list_: Any, listed: list[str]) -> Any:
+    def recorded(prefix: str, **kwargs: Any) -> Page:
+        listed.append(prefix)
+        return list_(prefix, **kwargs)  # type: ignore[no-any-return]
+
+    return recorded

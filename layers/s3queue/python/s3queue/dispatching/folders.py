@@ -35,15 +35,26 @@ def inbox_and_partitions(
 ) -> Inbox:
     """The inbox, and the partition folders when due (every `every_ms`, into `memory`), listed
     at once (neither needs the other; both come after the LIST of tickets, as coordinator.py's
-    docstring requires)."""
-    if memory.discovered_ms is not None and now - memory.discovered_ms < every_ms:
-        return list_inbox(storage, keys)
+    docstring requires).
+
+    An inbox found empty is listed again only with the folders: a plain PUT waits at most
+    `every_ms` more, and a busy queue's ticks, which follow each other at once on AWS
+    latencies (service.py), pay two LISTs, not three. An inbox that had objects is listed at
+    every tick until it is found empty."""
+    due = memory.discovered_ms is None or now - memory.discovered_ms >= every_ms
+    if not due:
+        if not memory.inbox_busy:
+            return {}
+        inbox = list_inbox(storage, keys)
+        memory.inbox_busy = bool(inbox)
+        return inbox
     inbox, folders = settled(
         run_all, [partial(list_inbox, storage, keys), partial(storage.list_folders, keys.parts)]
     )
     named = [folder[len(keys.parts) : -1] for folder in folders]
     memory.partitions = [None, *(p for p in named if is_folder_name(p))]
     memory.discovered_ms = now
+    memory.inbox_busy = bool(inbox)
     return inbox  # type: ignore[no-any-return]
 
 

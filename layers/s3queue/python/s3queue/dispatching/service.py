@@ -6,9 +6,10 @@ Cost and latency:
   No lease is taken before that, so a run over idle queues costs one LIST per queue, then ends.
   A queue an S3 event named (low-latency mode) is ticked at once instead: the event said.
 - A queue with work is ticked every ``busy_interval`` while anything was dispatched, is waiting
-  or in flight, counted from one tick's start to the next: a tick that took longer (its LISTs
-  and PUTs on AWS take a few hundred ms) is followed at once, never by an interval more on
-  top (a message waits about one tick for the LIST that finds it: issue 22's p99). Once a
+  or in flight. After a tick that dispatched, the interval counts from its start: a tick that
+  took longer (its LISTs and PUTs on AWS take a few hundred ms) is followed at once, never by
+  an interval more on top (a message waits about one tick for the LIST that finds it: issue
+  22's p99). After one that only watched tickets in flight, from its end (fewer LISTs). Once a
   tick finds nothing left it goes back to probes, with a doubling backoff, keeping its lease;
   idle for ``release_after``, it hands the lease back.
 - Queues due at the same time are stepped at once when the caller gives a `RunAll` (the
@@ -206,7 +207,9 @@ class _Run:
         if self.gauges is not None:
             self.gauges.observe(slot.coordinator, result)
         if not result.idle:
-            self._busy(slot, began)
+            # Messages are flowing: the next tick is due an interval after this one's start.
+            # A tick that only watched tickets in flight rests a whole interval after its end.
+            self._busy(slot, began if result.dispatched else now)
         else:
             # Nothing left: watch with probes (one LIST) rather than ticks (three), keeping the
             # lease, so the wait before the next message (or the run's end) costs little.

@@ -34,6 +34,8 @@ class Memory:
     partitions: list[str | None] = field(default_factory=lambda: [None])
     """The partitions found by the last LIST of ``parts/`` (None: the default, always there)."""
     discovered_ms: int | None = None
+    inbox_busy: bool = True
+    """The inbox's last LIST found objects: list it at every tick (folders.py)."""
     served: str | None = None
     """The partition served last in the last round: the next round starts after it."""
     limits: Limits | None = None
