@@ -96,9 +96,9 @@ FAMILIES: dict[str, dict[str, Any]] = {
         # tickets of up to 20 refs, slow S3 calls and handlers: the Lambda deadline cuts
         # applies short, and they record progress every 3 refs
         "settings": replace(SETTINGS, batch_size=20),
-        "faults": {"latency": 0.3},
+        "faults": {"latency": 0.4},
         "apply_step": 3,
-        "mix": Mix(slow=0.1, killer=0.02),
+        "mix": Mix(slow=0.15, killer=0.02),
         "worker_hazards": WORKER_CRASHES,
     },
     "everything": {
