@@ -22,9 +22,10 @@ from __future__ import annotations
 import itertools
 import math
 import random
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from s3queue.common.events import Event
 from s3queue.contract.settings import CoordinatorSettings, QueueSettings
@@ -42,7 +43,7 @@ from s3queue.working.readahead import READ_AHEAD
 from s3queue.working.worker import Worker
 
 from bench.simaws import Model
-from bench.simkernel import Kernel, SimClock
+from bench.simkernel import Kernel, SimClock, SimLock
 from bench.simlambda import LambdaService, SimContext, SimFunction, SimLambdaClient
 from bench.sims3 import Pacing, SimS3, sim_storage
 
@@ -221,6 +222,8 @@ class World:
             )
             for queue in self.queues
         ]
+        for coordinator in coordinators:  # held across an S3 call: a real lock would stall
+            coordinator.publisher.doubting = cast("threading.Lock", SimLock(self.kernel))
         serve(
             coordinators,
             remaining_ms=context.get_remaining_time_in_millis,

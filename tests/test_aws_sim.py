@@ -28,7 +28,7 @@ from bench import simgroup, simshards
 from bench.measure import percentile
 from bench.simaws import AWS, LambdaModel, Latency, S3Model
 from bench.simgroup import Load
-from bench.simkernel import Kernel, SimClock
+from bench.simkernel import Kernel, SimClock, SimLock
 from bench.simlambda import LambdaService, SimFunction, SimLambdaClient
 from bench.sims3 import Pacing, RateLimit, SimS3, sim_storage
 
@@ -523,3 +523,24 @@ def test_after_the_split_each_shard_of_a_queue_is_a_partition_of_its_own() -> No
     ranges = {id(s3.partitions.of(key)) for key in [*tails, keys.ticket(1, 1), keys.lease]}
     assert len(ranges) == 4 + 2
     kernel.stop()
+
+
+def test_a_sim_lock_held_across_a_virtual_wait_makes_the_next_actor_wait_not_the_world() -> None:
+    # GIVEN two actors that take one lock around a 50 ms S3 call (Publisher.doubting)
+    kernel = Kernel(0.0)
+    lock = SimLock(kernel)
+    held: list[tuple[str, float, float]] = []
+
+    def body(name: str) -> None:
+        with lock:
+            start = kernel.now
+            kernel.wait(50.0, "PutObject")
+            held.append((name, start, kernel.now))
+
+    for name in ("a", "b"):
+        kernel.spawn(lambda name=name: body(name), at_ms=0.0, name=name, role="coordinator")
+    # WHEN virtual time runs (a threading.Lock here froze the simulation)
+    kernel.run(1_000.0)
+    kernel.stop()
+    # THEN the second held it only after the first let go
+    assert [h[0] for h in held] == ["a", "b"] and held[1][1] >= held[0][2] == 50.0
