@@ -178,6 +178,7 @@ def runs(
             )
         }
         row["requests_per_message"] = each[0]["requests_per_message"]
+        row["slowdowns_503_by_role"] = each[0]["slowdowns_503_by_role"]  # the first seed's
         row["where_time_goes"] = each[0]["where_time_goes"]
         row["errors"] = [e for r in each for e in r["errors"]][:3]
         out[name] = row

@@ -12,6 +12,7 @@ from botocore.awsrequest import AWSResponse
 from botocore.exceptions import ClientError
 from botocore.retries import adaptive, bucket, throttling
 from s3queue.errors import Throttled
+from s3queue.local.seaweed import EmbeddedS3
 from s3queue.producing.pacing import Pacer
 from s3queue.producing.producer import Queue
 from s3queue.storage.clients import make_client, pace
@@ -263,3 +264,21 @@ def test_a_queues_own_client_is_paced_and_an_enqueue_too_far_from_its_slot_raise
     with pytest.raises(Throttled, match="nothing was sent"):
         queue.enqueue({"n": 2})
     assert len(sent) == 1
+
+
+@pytest.mark.s3
+def test_a_paced_queue_sends_and_counts_its_answers_on_a_real_s3_server(
+    seaweed: EmbeddedS3, bucket: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # GIVEN a Queue of its own client against SeaweedFS (its pacer hooked into every attempt)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "s3queue")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "s3queue-secret")
+    monkeypatch.setenv("S3QUEUE_ENDPOINT_URL", seaweed.endpoint_url)
+    queue = Queue("paced", bucket=bucket)
+    # WHEN it enqueues, one id twice
+    ids = [queue.enqueue({"n": n}) for n in range(20)]
+    assert queue.enqueue({"n": 0}, id="once") == queue.enqueue({"n": 1}, id="once")
+    # THEN every message is there, the pacer counted the answers and did not pace (no 503)
+    assert queue.stats()["pending"] == len(set(ids)) + 1
+    state = queue.pacing.state() if queue.pacing is not None else None
+    assert state is not None and state.accepted > 0 and not state.paced
