@@ -9,6 +9,8 @@ One run per figure hid a cliff once (issue 22), so every figure here is the medi
 
 from __future__ import annotations
 
+import argparse
+import json
 import statistics
 from dataclasses import replace
 from typing import Any
@@ -51,16 +53,36 @@ def run(plan: Plan, model: Model, settings: QueueSettings, half: float) -> dict[
         plan.aws_sim_shards_warmup,
         seeds,
     )
-    p99 = [
-        aws_sim.steady("single", half, plan, model, settings, seed=s)["latency_ms"]["p99"]
-        for s in seeds
-    ]
+    p99 = half_capacity(half, plan, model, settings, seeds)
     return {
         "seeds": seeds,
         "overload": overload,
         "shards": shards,
         "half_capacity": {"offered_per_s": round(half, 1), "p99_ms": _spread(p99)},
     }
+
+
+def half_capacity(
+    rate: float, plan: Plan, model: Model, settings: QueueSettings, seeds: list[int]
+) -> list[float]:
+    """Enqueue-to-start p99 (ms) of single enqueues offered at `rate` (half the queue's
+    capacity), one steady run per seed."""
+    return [
+        aws_sim.steady("single", rate, plan, model, settings, seed=s)["latency_ms"]["p99"]
+        for s in seeds
+    ]
+
+
+def main() -> None:
+    """p99 at half capacity alone: ``python -m bench.simscale --rate 859 --seeds 1,2,3``."""
+    parser = argparse.ArgumentParser(prog="python -m bench.simscale", description=main.__doc__)
+    parser.add_argument("--rate", type=float, default=859.0, help="enqueues a second offered")
+    parser.add_argument("--seeds", default="1,2,3", help="the world's seeds, one run each")
+    parser.add_argument("--settings", default="", help="queue settings, name=value,...")
+    args = parser.parse_args()
+    seeds = [int(s) for s in args.seeds.split(",")]
+    p99 = half_capacity(args.rate, Plan(), AWS, settings_from(args.settings), seeds)
+    print(json.dumps({"offered_per_s": args.rate, "seeds": seeds, "p99_ms": _spread(p99)}))
 
 
 def _spread(values: list[float]) -> dict[str, float]:
@@ -136,3 +158,7 @@ def scenario(target: Target, plan: Plan, progress: Progress) -> dict[str, Any]:
     progress.update(1.0, "overload pair, shards, p99 at half capacity (seeds)")
     out["scale"] = run(plan, model, settings, out["single"]["steady"]["offered_per_s"])
     return out
+
+
+if __name__ == "__main__":
+    main()

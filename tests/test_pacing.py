@@ -215,7 +215,7 @@ def _answering(client: Any, statuses: list[int]) -> list[int]:
 def test_a_paced_boto3_client_learns_from_its_answers_and_paces_its_attempts() -> None:
     # GIVEN a real boto3 client (no retries of its own here) run through a pacer
     clock = FakeClock()
-    client = make_client("http://127.0.0.1:9", credentials=("k", "s"), sdk_retries=0)
+    client = make_client("http://127.0.0.1:9", credentials=("k", "s"), sdk_retries=0, lean=False)
     pacer = pace(client, Pacer(clock=clock, sleep=clock.sleep, min_rate=4.0))
     sent = _answering(client, [200, 503, 200, 200])
     client.put_object(Bucket="b", Key="k0", Body=b"x")
@@ -234,7 +234,7 @@ def test_a_paced_boto3_client_learns_from_its_answers_and_paces_its_attempts() -
 
 def test_a_paced_boto3_client_raises_throttled_without_sending_when_the_wait_is_too_long() -> None:
     clock = FakeClock()
-    client = make_client("http://127.0.0.1:9", credentials=("k", "s"), sdk_retries=3)
+    client = make_client("http://127.0.0.1:9", credentials=("k", "s"), sdk_retries=3, lean=False)
     pacer = pace(client, Pacer(clock=clock, sleep=clock.sleep, min_rate=4.0, max_wait_s=0.1))
     sent = _answering(client, [200, 200])
     pacer.answered(clock.t, throttled=True)  # paced at 4 a second: a slot every 0.25 s
@@ -282,3 +282,9 @@ def test_a_paced_queue_sends_and_counts_its_answers_on_a_real_s3_server(
     assert queue.stats()["pending"] == len(set(ids)) + 1
     state = queue.pacing.state() if queue.pacing is not None else None
     assert state is not None and state.accepted > 0 and not state.paced
+
+
+def test_pace_refuses_a_client_on_the_lean_path_whose_answers_it_would_never_see() -> None:
+    client = make_client("http://127.0.0.1:9", credentials=("k", "s"))
+    with pytest.raises(ValueError, match="lean=False"):
+        pace(client, Pacer())

@@ -114,6 +114,24 @@ def test_malformed_inbox_objects_become_messages_or_dead_letters() -> None:
     assert h.keys("inbox/") == [] and h.keys("msg/") == []
 
 
+def test_a_malformed_object_is_dead_lettered_even_by_a_worker_short_of_time() -> None:
+    # GIVEN a malformed object in msg/ beside a good message, and a worker out of time: it
+    # may start no handler and releases what it would run (release copies)
+    h = Harness()
+    h.storage.put(h.queue.keys.msg + "0000000000001-garbage", b"not an envelope")
+    h.queue.enqueue("good")
+    h.tick()
+    [work] = h.work(Recorder(), remaining_ms=lambda: 2_000)  # under its margin: no start
+    # THEN the malformed object is judged there and then: a release copy would carry it as a
+    # well-formed record, and a later delivery would hand its bytes to the handler
+    assert [o.kind for o in work.outcomes] == ["dead", "release"]
+    handler = Recorder()
+    h.drain(handler)
+    assert handler.bodies() == ["good"]
+    [dead] = h.queue.dead_letters()
+    assert dead["reason"].startswith("MalformedMessage")
+
+
 def test_handler_exception_never_crashes_the_worker() -> None:
     h = Harness(settings=QueueSettings(max_retries=0))
     h.queue.enqueue_many(["ok", "raise", "ok2"])

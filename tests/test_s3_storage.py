@@ -106,13 +106,16 @@ class TestCredentials:
         etag = store.put("k", b"x")
         assert store.list("").entries[0].etag == etag
 
-    def test_missing_credentials_are_access_denied(self, store: S3Storage, client: Any) -> None:
+    def test_missing_credentials_are_access_denied(self, seaweed: EmbeddedS3, bucket: str) -> None:
+        # botocore's path (its signer raises); the lean one: tests/test_lean_path.py
+        client = seaweed.make_client(sdk_retries=0, lean=False)
+
         def no_credentials(**_: Any) -> None:
             raise NoCredentialsError()
 
         client.meta.events.register("before-sign.s3", no_credentials)
         with pytest.raises(AccessDenied, match="AWS_PROFILE"):
-            store.get("k")
+            S3Storage(client, bucket).get("k")
 
 
 def test_unreachable_endpoint_is_retried_then_endpoint_unreachable(sleeps: list[float]) -> None:
@@ -366,10 +369,15 @@ class TestBatches:
 class TestAwsAnswers:
     """moto answers as AWS does where SeaweedFS deviates (404, not 412, for a missing key)."""
 
-    @pytest.fixture
-    def aws(self) -> Iterator[S3Storage]:
+    @pytest.fixture(params=["botocore", "lean"])
+    def aws(self, request: pytest.FixtureRequest) -> Iterator[S3Storage]:
+        """Each path in turn: botocore's (AWS's endpoint, as in Lambda), and the lean one (an
+        endpoint URL, path-style, which moto answers as AWS)."""
+        endpoint = "https://s3.us-east-1.amazonaws.com" if request.param == "lean" else None
         with mock_aws():
-            store = S3Storage(make_client(region="us-east-1", credentials=("k", "s")), "aws")
+            client = make_client(endpoint, region="us-east-1", credentials=("k", "s"))
+            store = S3Storage(client, "aws")
+            assert (store._lean is not None) == (request.param == "lean")
             store.create_bucket()
             yield store
 

@@ -215,6 +215,45 @@ def test_serves_until_empty_then_lingers_and_releases() -> None:
     assert lease is not None and lease.lease_until_ms == 0
 
 
+def test_a_busy_queue_ticks_every_busy_interval_from_the_last_start_not_its_end() -> None:
+    # GIVEN a queue whose ticks take time: every LIST costs 60 ms of the clock
+    system = System("emails", settings=QueueSettings(batch_size=5, max_in_flight_tickets=2))
+
+    def slow_lists(op: str, _args: tuple[Any, ...]) -> None:
+        if op == "list":
+            system.clock.advance(0.06)
+
+    system.storage.fail = slow_lists
+    for i in range(30):
+        system.queues["emails"].enqueue(i)
+    starts: list[int] = []
+    ends: list[int] = []
+    coordinators = system.coordinators()
+    tick = coordinators[0].tick
+
+    def timed_tick() -> Any:
+        starts.append(system.clock.now_ms())
+        result = tick()
+        ends.append(system.clock.now_ms())
+        return result
+
+    coordinators[0].tick = timed_tick  # type: ignore[method-assign]
+    # WHEN a run serves it, one ticket finishing between ticks
+    serve(
+        coordinators,
+        remaining_ms=system.deadline(60),
+        clock=system.clock,
+        settings=ServeSettings(linger=5.0),
+        on_tick=lambda _q, _r: system.work(limit=1),
+    )
+    assert sorted(system.handled) == list(range(30))
+    # THEN a tick longer than busy_interval (its LISTs: 180 ms) is followed at once, and the
+    # busy_interval counts from a tick's start: the queue waits no interval on top of its ticks
+    busy = [(s, e) for s, e in zip(starts, ends, strict=True)][:4]
+    assert all(end - start >= 120 for start, end in busy)
+    assert [b[0] - a[1] for a, b in itertools.pairwise(busy)] == [0] * 3
+
+
 def test_new_work_during_the_run_is_picked_up_quickly() -> None:
     system = System("emails", "reports")
     system.queues["emails"].enqueue("first")

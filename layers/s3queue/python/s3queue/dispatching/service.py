@@ -6,9 +6,11 @@ Cost and latency:
   No lease is taken before that, so a run over idle queues costs one LIST per queue, then ends.
   A queue an S3 event named (low-latency mode) is ticked at once instead: the event said.
 - A queue with work is ticked every ``busy_interval`` while anything was dispatched, is waiting
-  or in flight (enqueue-to-start latency is about one interval). Once a tick finds nothing left
-  it goes back to probes, with a doubling backoff, keeping its lease; idle for
-  ``release_after``, it hands the lease back.
+  or in flight, counted from one tick's start to the next: a tick that took longer (its LISTs
+  and PUTs on AWS take a few hundred ms) is followed at once, never by an interval more on
+  top (a message waits about one tick for the LIST that finds it: issue 22's p99). Once a
+  tick finds nothing left it goes back to probes, with a doubling backoff, keeping its lease;
+  idle for ``release_after``, it hands the lease back.
 - Queues due at the same time are stepped at once when the caller gives a `RunAll` (the
   coordinator Lambda: a thread per queue), so one function serves many queues without their
   ticks adding up; each queue's coordinator has its own state, and only the run's counters
@@ -186,6 +188,7 @@ class _Run:
         return False
 
     def _tick(self, slot: _Slot) -> None:
+        began = self.clock.now_ms()
         result = slot.coordinator.tick()
         now = self.clock.now_ms()
         with self._lock:
@@ -203,7 +206,7 @@ class _Run:
         if self.gauges is not None:
             self.gauges.observe(slot.coordinator, result)
         if not result.idle:
-            self._busy(slot, now)
+            self._busy(slot, began)
         else:
             # Nothing left: watch with probes (one LIST) rather than ticks (three), keeping the
             # lease, so the wait before the next message (or the run's end) costs little.

@@ -78,7 +78,7 @@ class Queue(OperatorCalls):
             from s3queue.storage.s3 import S3Storage  # noqa: PLC0415 - boto3 only on demand
 
             if s3 is None:  # producers slow down together when S3 throttles (pacing.py)
-                s3 = make_client()
+                s3 = make_client(lean=False)  # botocore's path: its answers reach the pacer
                 self.pacing = pace(s3, Pacer())
             storage = S3Storage(s3, bucket)
         self.name = check_queue_name(name)

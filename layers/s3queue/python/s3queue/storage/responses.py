@@ -7,6 +7,8 @@ with the small readers below.
 
 from __future__ import annotations
 
+import functools
+import re
 from datetime import datetime
 from email.utils import parsedate_to_datetime
 from typing import Any
@@ -116,12 +118,47 @@ def ms(moment: datetime) -> int:
 def served(response: dict[str, Any]) -> int:
     """S3's time when it answered: the response's ``Date`` header in ms (0 if absent)."""
     date = response.get("ResponseMetadata", {}).get("HTTPHeaders", {}).get("date")
-    if not date:
-        return 0
+    return _date_ms(str(date)) if date else 0
+
+
+@functools.lru_cache(maxsize=64)
+def _date_ms(date: str) -> int:
+    """A ``Date`` header in ms: it changes once a second, and every answer carries one."""
     try:
-        return ms(parsedate_to_datetime(str(date)))
+        return ms(parsedate_to_datetime(date))
     except (TypeError, ValueError):
         return 0
+
+
+def timestamp(text: str) -> datetime | None:
+    """S3's two timestamp forms (ISO 8601 in XML bodies, RFC 1123 in headers) as an aware
+    datetime, by the standard library's C parsers; None for any other form. botocore parses
+    each one with dateutil, a sixth of the runtime's CPU (a LIST of 1,000 keys has 1,000)."""
+    try:
+        if text.endswith("Z"):
+            moment = datetime.fromisoformat(text)
+        elif text.endswith("GMT"):
+            moment = parsedate_to_datetime(text)
+        else:
+            return None
+    except (TypeError, ValueError, IndexError):
+        return None
+    return moment if moment.tzinfo is not None else None
+
+
+_ROOT = re.compile(rb"\s*(?:<\?xml[^>]*\?>\s*)?<([A-Za-z_][\w.:-]*)[\s/>]")
+
+
+def plainly_complete(body: bytes) -> bool:
+    """A 200 answer's XML body whose root is not ``<Error>`` and which ends with that root's
+    closing tag: what botocore checks by parsing every body a second time (a truncated body
+    is retried as a 500; S3 embeds some errors in a 200), told here without a parse. False
+    means "look closer", not "an error"."""
+    root = _ROOT.match(body)
+    if root is None or root.group(1) == b"Error":
+        return False
+    closing = b"</" + root.group(1) + b">"
+    return body[-len(closing) - 64 :].rstrip().endswith(closing)
 
 
 def user_metadata(response: dict[str, Any]) -> dict[str, str]:

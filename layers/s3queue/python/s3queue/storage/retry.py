@@ -35,6 +35,9 @@ Sleep = Callable[[float], None]
 
 _CREDENTIAL_ERRORS = (NoCredentialsError, PartialCredentialsError, CredentialRetrievalError)
 _TRANSPORT_ERRORS = (TransportError, HTTPClientError, IncompleteReadError)
+_LEAN = {"head_object": {"Key"}, "delete_object": {"Key", "IfMatch"}}
+"""The calls `call` sends by the lean path, with the parameters it takes (any other goes by
+botocore's path: a ranged GET of `transfers.py`, a copy)."""
 
 
 @dataclass(slots=True)
@@ -50,6 +53,8 @@ class Retrier:
     rng: random.Random = field(default_factory=random.Random)
     watcher: ServerClock | None = None
     """Learns S3's time from every answer's ``Date`` (servertime.py)."""
+    lean: Any = None
+    """The bucket's lean path (`lean.LeanBucket`), which answers the hot calls it has."""
 
     def run(
         self,
@@ -87,7 +92,8 @@ class Retrier:
     def call(self, method: str, key: str | None, **params: Any) -> dict[str, Any]:
         """One client call on this bucket (``get_object``: the operation ``GetObject``), retried
         (`run`)."""
-        operation = getattr(self.client, method)
+        lean = self.lean is not None and method in _LEAN and params.keys() <= _LEAN[method]
+        operation = getattr(self.lean if lean else self.client, method)
         name = "".join(part.title() for part in method.split("_"))
         result: dict[str, Any] = self.run(
             name, key, lambda: operation(Bucket=self.bucket, **params)

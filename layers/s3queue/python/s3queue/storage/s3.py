@@ -39,10 +39,9 @@ Large objects. `open` is a streamed GET resumed by ranged GETs, `put_file` boto3
 (multipart) upload, `copy` a server-side CopyObject (a managed multipart copy above 5 GiB):
 `transfers.py`.
 
-This module calls the boto3 client it is given and imports no boto3 itself: boto3 is imported
-by three modules of `s3queue.storage` and nowhere else, `transfers.py` (large objects: boto3's
-transfer manager), `retry.py` (the retry loop and error translation) and `clients.py` (the
-clients the library makes). What needs no boto3 lives in `sending.py` (what we send),
+This module calls the boto3 client it is given (or, on the clients `make_client` made, the
+lean path of its hot calls: `lean.py`) and imports no boto3 itself: `transfers.py`, `retry.py`,
+`clients.py` and `lean.py` do. What needs none lives in `sending.py` (what we send),
 `responses.py` (what S3 answers) and `streams.py` (the resumable stream).
 """
 
@@ -68,6 +67,7 @@ from s3queue.storage.base import (
     settle_put_conflict,
 )
 from s3queue.storage.clients import make_client
+from s3queue.storage.lean import bucket_path
 from s3queue.storage.responses import AlreadyOwned as _AlreadyOwned
 from s3queue.storage.responses import Missing as _Missing
 from s3queue.storage.responses import etag as _etag
@@ -128,6 +128,7 @@ class S3Storage:
         self._retry = Retrier(
             client, bucket, max(attempts, 1), base_delay, max_delay, sleep, rng or random.Random()
         )
+        self._lean = self._retry.lean = bucket_path(client, bucket)  # None: botocore's path
         self._transfers = Transfers(
             self._retry,
             self.head,
@@ -151,7 +152,9 @@ class S3Storage:
         params: dict[str, Any] = {"IfMatch": f'"{if_match}"'} if if_match is not None else {}
 
         def fetch() -> Object:
-            response = self._client.get_object(Bucket=self.bucket, Key=key, **params)
+            response = (self._lean or self._client).get_object(
+                Bucket=self.bucket, Key=key, **params
+            )
             # Read inside the retried call: a connection dropped mid-body is retried too.
             body = response["Body"].read()
             meta = _user_metadata(response)
@@ -224,7 +227,7 @@ class S3Storage:
                 raise Consumed(f"{key} was created and consumed already: not created again")
             return {"ETag": head.etag} if head is not None and head.token == create_token else None
 
-        call = self._client.put_object
+        call = (self._lean or self._client).put_object
         try:
             return self._retry.run(
                 "PutObject",

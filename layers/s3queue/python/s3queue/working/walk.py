@@ -9,7 +9,7 @@ its outcome is handle.py's; the ticket's writes, claim.py's.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -54,11 +54,7 @@ class Walk:
         left = claim.ticket.permit_messages
         for ref, index, record, error in self._messages():
             left -= 1
-            if (ref.key, record.id) in recorded:
-                # Recorded by an earlier delivery's heartbeat: a group whose message failed
-                # there stays failed here, or the next one would overtake its retry.
-                if recorded[(ref.key, record.id)] == "retry" and record.group is not None:
-                    failed_groups.add(record.group)
+            if self._judged(ref, index, record, error, recorded, failed_groups):
                 continue
             stop = self.stop_reason()
             if stop is None and record.group is not None and record.group in failed_groups:
@@ -85,6 +81,32 @@ class Walk:
             if outcome.kind == "retry" and record.group is not None:
                 failed_groups.add(record.group)
             claim.record(outcome)
+
+    def _judged(
+        self,
+        ref: Ref,
+        index: int,
+        record: Record,
+        error: str | None,
+        recorded: Mapping[tuple[str, str], str],
+        failed_groups: set[str],
+    ) -> bool:
+        """Whether this message is settled before anything may hold it back."""
+        if (ref.key, record.id) in recorded:
+            # Recorded by an earlier delivery's heartbeat: a group whose message failed
+            # there stays failed here, or the next one would overtake its retry.
+            if recorded[(ref.key, record.id)] == "retry" and record.group is not None:
+                failed_groups.add(record.group)
+            return True
+        if error is None:
+            return False
+        # Malformed: dead without a start, whatever else holds the ticket back (time, a
+        # failed group, a permit). A release would copy it as a well-formed record, whose
+        # bytes a later delivery would hand to the handler (judged with no I/O: `settle`).
+        settled = self.worker.runner.settle(ref, index, record, error)
+        assert settled is not None
+        self.claim.record(settled)
+        return True
 
     def stop_reason(self) -> str | None:
         """Why no further handler of this ticket may start, if none may."""
