@@ -35,7 +35,7 @@ from bench import simgroup, simmeasure
 from bench.plan import Plan
 from bench.progress import Progress
 from bench.simaws import AWS, Model
-from bench.sims3 import sim_storage
+from bench.sims3 import Pacing, sim_storage
 from bench.simworld import PREFIX, World, WorldConfig, settings_from
 from bench.target import Target
 
@@ -258,12 +258,20 @@ def steady(
 
 
 def overload(
-    plan: Plan, model: Model, settings: QueueSettings, *, adaptive: bool = True, seed: int = 13
+    plan: Plan,
+    model: Model,
+    settings: QueueSettings,
+    *,
+    adaptive: bool = True,
+    seed: int = 13,
+    pacing: Pacing = "s3queue",
 ) -> dict[str, Any]:
     """`enqueue` offered above the prefix's write rate: what producers and the queue get
     (handler starts counted once the first coordinator run is going, 4 s in). `adaptive`:
-    producers pace themselves as `Queue`'s own client does (botocore's adaptive mode)."""
-    world = World(WorldConfig(settings=settings, adaptive_producers=adaptive, seed=seed), model)
+    producers pace themselves as `Queue`'s own client does (`pacing`: or as botocore's
+    adaptive mode does, to compare)."""
+    config = WorldConfig(settings=settings, adaptive_producers=adaptive, seed=seed, pacing=pacing)
+    world = World(config, model)
     rate, seconds = plan.aws_sim_overload_offered, plan.aws_sim_overload_seconds
     world.produce(calls_per_s=rate, pack=1, start_s=0, end_s=seconds)
     try:

@@ -247,6 +247,32 @@ def _end() -> None:  # pragma: no cover - a marker, never called
 _END: Timer = _end
 
 
+class SimLock:
+    """`threading.Lock` for production code that holds a lock across an S3 call (the
+    coordinator's `Publisher.doubting`): a real lock taken by a second actor would block the
+    one running thread, and with it the whole simulation (it did, in an overload run). A
+    waiter here waits 1 ms of virtual time and looks again."""
+
+    def __init__(self, kernel: Kernel) -> None:
+        self.kernel = kernel
+        self.held = False
+
+    def acquire(self) -> bool:
+        while self.held:
+            self.kernel.wait(1.0, "lock")
+        self.held = True
+        return True
+
+    def release(self) -> None:
+        self.held = False
+
+    def __enter__(self) -> bool:
+        return self.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
 class SimClock:
     """The s3queue `Clock` on virtual time: what every simulated actor's code is given."""
 

@@ -25,12 +25,13 @@ from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Literal
 
 from botocore.exceptions import CapacityNotAvailableError, ClientError
 from botocore.retries import adaptive, bucket, throttling
 from s3queue.common.clock import Clock
 from s3queue.errors import Conflict
+from s3queue.producing.pacing import Pacer
 from s3queue.storage.memory import MemoryStorage
 from s3queue.storage.s3 import S3Storage
 from s3queue.storage.sending import TOKEN_METADATA, no_blind_resend
@@ -279,32 +280,53 @@ class AdaptiveRate:
         self.limiter.on_receiving_response(throttled=throttled)
 
 
+Pacing = Literal["none", "s3queue", "botocore"]
+"""How a client paces its attempts: not at all (a plain client), as `Queue`'s own client does
+(`s3queue.producing.pacing.Pacer`, wired by `s3queue.storage.clients.pace`), or as botocore's
+adaptive retry mode does (what `Queue` used before: `AdaptiveRate`)."""
+
+
+def sim_pacer(kernel: Kernel) -> Pacer:
+    """The production `Pacer` on virtual time."""
+
+    def sleep(seconds: float) -> None:
+        kernel.wait(seconds * 1000, "pacing")
+
+    return Pacer(clock=lambda: kernel.local_ms() / 1000, sleep=sleep)
+
+
 class SimS3Client:
-    """The boto3 S3 client methods `S3Storage` calls, on `SimS3`, for one role's requests;
-    `adaptive` as a client `make_client(retry_mode="adaptive")` made (`Queue`'s own)."""
+    """The boto3 S3 client methods `S3Storage` calls, on `SimS3`, for one role's requests,
+    its attempts paced as `pacing` says (`Queue`'s own client: "s3queue")."""
 
     meta = _Meta()
 
-    def __init__(self, s3: SimS3, role: str, *, adaptive: bool = False) -> None:
+    def __init__(self, s3: SimS3, role: str, *, pacing: Pacing = "none") -> None:
         self.s3, self.role = s3, role
-        self.rate = AdaptiveRate(s3.kernel) if adaptive else None
+        self.rate = AdaptiveRate(s3.kernel) if pacing == "botocore" else None
+        self.pacer = sim_pacer(s3.kernel) if pacing == "s3queue" else None
 
     def _request(self, op: str, key: str, effect: Callable[[], Any], **retry: Any) -> Any:
         """One call as botocore makes it: attempts, 503s and their retries, then the effect."""
-        s3, kernel = self.s3, self.s3.kernel
+        s3, kernel, pacer = self.s3, self.s3.kernel, self.pacer
         attempt = 0
         while True:
             attempt += 1
             if self.rate is not None:
                 self.rate.before_send()
+            sent = pacer.before_send() if pacer is not None else 0.0
             admitted = s3.admit(op, key)
             if self.rate is not None:
                 self.rate.answered(throttled=not admitted)
             if admitted:
                 kernel.wait(s3.latency(op).sample(s3.rng), op)
                 s3.meter.requests[(self.role, op)] += 1
+                if pacer is not None:
+                    pacer.answered(sent, throttled=False)
                 return effect()
             kernel.wait(s3.model.slowdown.sample(s3.rng), op)
+            if pacer is not None:
+                pacer.answered(sent, throttled=True)
             s3.meter.slowdowns[(self.role, op)] += 1
             error = _error("SlowDown", 503, op, "Please reduce your request rate.")
             if attempt > s3.model.sdk_retries or no_blind_resend(retry.get("request")) is False:
@@ -425,16 +447,16 @@ class SimS3Client:
         return self._request("ListObjectsV2", Prefix, effect)  # type: ignore[no-any-return]
 
 
-def sim_storage(s3: SimS3, role: str, *, adaptive: bool = False) -> S3Storage:
-    """The production `S3Storage` on the simulated bucket; its backoff sleeps in virtual time.
-    `adaptive`: the client paces itself as botocore's adaptive retry mode does."""
+def sim_storage(s3: SimS3, role: str, *, pacing: Pacing = "none") -> S3Storage:
+    """The production `S3Storage` on the simulated bucket; its backoff sleeps in virtual time;
+    its client's attempts paced as `pacing` says."""
     kernel = s3.kernel
 
     def backoff(seconds: float) -> None:
         kernel.wait(seconds * 1000, "S3Storage backoff")
 
     return S3Storage(
-        SimS3Client(s3, role, adaptive=adaptive),
+        SimS3Client(s3, role, pacing=pacing),
         BUCKET,
         sleep=backoff,
         rng=random.Random(s3.rng.random()),

@@ -34,7 +34,10 @@ def run(plan: Plan, model: Model, settings: QueueSettings, half: float) -> dict[
     """Every figure over the plan's seeds; `half`: the half-capacity rate of `enqueue`."""
     seeds = list(plan.aws_sim_seeds)
     overload = simoverload.runs(
-        [plan.aws_sim_variant_offered, 2 * BUDGET], plan.aws_sim_overload_seconds, [True], seeds
+        [plan.aws_sim_variant_offered, 2 * BUDGET],
+        plan.aws_sim_overload_seconds,
+        ["s3queue"],
+        seeds,
     )
     shards = simshards.runs(
         plan.aws_sim_shards,

@@ -22,6 +22,7 @@ from s3queue.protocol.keys import QueueKeys
 from bench import aws_sim, simmeasure
 from bench.plan import DEFAULT
 from bench.simaws import AWS, Model
+from bench.sims3 import Pacing
 from bench.simworld import PREFIX, World, WorldConfig
 
 SETTINGS = "concurrency=64,max_in_flight_tickets=64,max_batch_size=1000,ticket_seconds=5"
@@ -42,16 +43,25 @@ def split_points(queue: str, shards: int) -> tuple[str, ...]:
 
 
 def one(
-    shards: int, offered: float, seconds: float, warmup: float, *, split: bool, seed: int
+    shards: int,
+    offered: float,
+    seconds: float,
+    warmup: float,
+    *,
+    split: bool,
+    seed: int,
+    pacing: Pacing = "s3queue",
 ) -> dict[str, Any]:
-    """`offered` single enqueues a second for `seconds` (virtual); starts after `warmup`."""
+    """`offered` single enqueues a second for `seconds` (virtual); starts after `warmup`;
+    the producers' shared client paced as `pacing` says."""
     model: Model = replace(AWS, cpu_scale=DEFAULT.aws_sim_cpu_scale)
     if split:
         model = replace(model, s3=replace(model.s3, presplit=split_points("q00", shards)))
     settings: QueueSettings = aws_sim.settings_from(SETTINGS)
-    world = World(
-        WorldConfig(settings=settings, shards=shards, seed=seed, producers=PRODUCERS), model
+    config = WorldConfig(
+        settings=settings, shards=shards, seed=seed, producers=PRODUCERS, pacing=pacing
     )
+    world = World(config, model)
     world.produce(calls_per_s=offered, pack=1, start_s=0, end_s=seconds)
     try:
         world.run_until(warmup)
@@ -132,9 +142,17 @@ def steady_runs(
 
 
 def runs(
-    shards: int, offered: float, seconds: float, warmup: float, seeds: list[int]
+    shards: int,
+    offered: float,
+    seconds: float,
+    warmup: float,
+    seeds: list[int],
+    *,
+    pacing: Pacing = "s3queue",
+    splits: tuple[bool, ...] = (False, True),
 ) -> dict[str, Any]:
-    """Before and after the split, each over `seeds`: median, min and max of each figure."""
+    """Before and after the split (`splits`), each over `seeds`: median, min and max of each
+    figure."""
     out: dict[str, Any] = {
         "shards": shards,
         "offered_per_s": offered,
@@ -142,9 +160,13 @@ def runs(
         "starts_counted_from_s": warmup,
         "settings": SETTINGS,
         "seeds": seeds,
+        "pacing": pacing,
     }
-    for name, split in (("before_split", False), ("after_split", True)):
-        each = [one(shards, offered, seconds, warmup, split=split, seed=s) for s in seeds]
+    for split in splits:
+        name = "after_split" if split else "before_split"
+        each = [
+            one(shards, offered, seconds, warmup, split=split, seed=s, pacing=pacing) for s in seeds
+        ]
         row: dict[str, Any] = {
             key: _spread([r[key] for r in each])
             for key in (
@@ -156,6 +178,7 @@ def runs(
             )
         }
         row["requests_per_message"] = each[0]["requests_per_message"]
+        row["slowdowns_503_by_role"] = each[0]["slowdowns_503_by_role"]  # the first seed's
         row["where_time_goes"] = each[0]["where_time_goes"]
         row["errors"] = [e for r in each for e in r["errors"]][:3]
         out[name] = row
@@ -176,9 +199,25 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--steady", type=float, default=0.0, help="also: this rate after the split, drained"
     )
+    parser.add_argument(
+        "--pacing",
+        choices=["s3queue", "botocore"],
+        default="s3queue",
+        help="the producers' client paced as Queue's own is, or as botocore's adaptive mode",
+    )
+    parser.add_argument("--only", choices=["before", "after"], help="one side of the split")
     args = parser.parse_args(argv)
     seeds = [int(s) for s in args.seeds.split(",")]
-    out = runs(args.shards, args.offered, args.seconds, args.warmup, seeds)
+    splits = {"before": (False,), "after": (True,), None: (False, True)}[args.only]
+    out = runs(
+        args.shards,
+        args.offered,
+        args.seconds,
+        args.warmup,
+        seeds,
+        pacing=args.pacing,
+        splits=splits,
+    )
     if args.steady:
         out["steady"] = steady_runs(args.shards, args.steady, args.seconds, args.warmup, seeds)
     json.dump(out, sys.stdout, indent=1)

@@ -22,9 +22,10 @@ from __future__ import annotations
 import itertools
 import math
 import random
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from s3queue.common.events import Event
 from s3queue.contract.settings import CoordinatorSettings, QueueSettings
@@ -42,9 +43,9 @@ from s3queue.working.readahead import READ_AHEAD
 from s3queue.working.worker import Worker
 
 from bench.simaws import Model
-from bench.simkernel import Kernel, SimClock
+from bench.simkernel import Kernel, SimClock, SimLock
 from bench.simlambda import LambdaService, SimContext, SimFunction, SimLambdaClient
-from bench.sims3 import SimS3, sim_storage
+from bench.sims3 import Pacing, SimS3, sim_storage
 
 PREFIX = "s3queue"
 DRAIN_S = 120.0
@@ -104,7 +105,10 @@ class WorldConfig:
     seed: int = 13
     adaptive_producers: bool = True
     """Producers enqueue through one client per queue (one service process) that paces itself
-    as botocore's adaptive retry mode does: `Queue`'s own client (`make_client`)."""
+    (`pacing`); False: through plain clients that do not."""
+    pacing: Pacing = "s3queue"
+    """How that shared client paces: as `Queue`'s own client does (`s3queue.producing.pacing`)
+    or, to compare, as botocore's adaptive retry mode does (what `Queue` used before)."""
     shards: int = 1
     """The producers' ``Queue(shards=)``: ungrouped messages spread over sibling folders."""
     producers: int = 400
@@ -218,6 +222,8 @@ class World:
             )
             for queue in self.queues
         ]
+        for coordinator in coordinators:  # held across an S3 call: a real lock would stall
+            coordinator.publisher.doubting = cast("threading.Lock", SimLock(self.kernel))
         serve(
             coordinators,
             remaining_ms=context.get_remaining_time_in_millis,
@@ -263,7 +269,7 @@ class World:
         if not self.config.adaptive_producers:
             return sim_storage(self.s3, "producer")
         if queue not in self._producers:
-            self._producers[queue] = sim_storage(self.s3, "producer", adaptive=True)
+            self._producers[queue] = sim_storage(self.s3, "producer", pacing=self.config.pacing)
         return self._producers[queue]
 
     def _producer(

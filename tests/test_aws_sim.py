@@ -28,9 +28,9 @@ from bench import simgroup, simshards
 from bench.measure import percentile
 from bench.simaws import AWS, LambdaModel, Latency, S3Model
 from bench.simgroup import Load
-from bench.simkernel import Kernel, SimClock
+from bench.simkernel import Kernel, SimClock, SimLock
 from bench.simlambda import LambdaService, SimFunction, SimLambdaClient
-from bench.sims3 import RateLimit, SimS3, sim_storage
+from bench.sims3 import Pacing, RateLimit, SimS3, sim_storage
 
 
 def _s3(seed: int = 1, **model: Any) -> tuple[Kernel, SimS3]:
@@ -451,42 +451,67 @@ def test_group_commit_run_reports_consistent_figures() -> None:
     assert result["latency_ms"]["p50"] >= call["p50"]
 
 
-def _overloaded_producers(adaptive: bool) -> tuple[int, int, int]:
-    """40 producers (one client, as in one process) offering 200 creates a second for 10 s to
-    a prefix that takes 50: (creates written, 503 answers, enqueues that raised Throttled)."""
-    kernel, s3 = _s3(writes_per_s=50.0)
-    storage = sim_storage(s3, "producer", adaptive=adaptive)
+def _overloaded_producers(
+    pacing: Pacing,
+    *,
+    producers: int = 40,
+    writes_per_s: float = 50.0,
+    each: int = 50,
+    per_s: float = 4.0,
+    until_s: float = 3_600.0,
+) -> tuple[int, int, int]:
+    """`producers` (one client, as in one process) offering `per_s` creates a second each,
+    `each` in all, to a prefix that takes `writes_per_s`, for `until_s` virtual seconds:
+    (creates written, 503 answers, enqueues that raised Throttled)."""
+    kernel, s3 = _s3(writes_per_s=writes_per_s)
+    storage = sim_storage(s3, "producer", pacing=pacing)
     failures: list[Exception] = []
-    for n in range(40):
+    for n in range(producers):
 
         def body(n: int = n) -> None:
-            for k in range(50):
-                due = (k * 40 + n) / 200 * 1000
+            for k in range(each):
+                due = (k * producers + n) / (per_s * producers) * 1000
                 if due > kernel.now:
                     kernel.wait(due - kernel.now, "schedule")
                 try:
-                    storage.put(f"s3queue/q/msg/{n:02d}-{k:03d}", b"x", if_none_match=True)
+                    storage.put(f"s3queue/q/msg/{n:03d}-{k:03d}", b"x", if_none_match=True)
                 except Throttled as exc:
                     failures.append(exc)
 
         kernel.spawn(body, at_ms=0.0, name=f"p{n}", role="producer")
-    kernel.run(3_600_000.0)
+    kernel.run(until_s * 1000)
     kernel.stop()
     written = sum(1 for _ in iter_keys(s3.store, "s3queue/q/msg/"))
     return written, sum(s3.meter.slowdowns.values()), len(failures)
 
 
-def test_adaptive_producers_slow_down_instead_of_hammering_a_throttled_prefix() -> None:
+def test_paced_producers_slow_down_instead_of_hammering_a_throttled_prefix() -> None:
     # GIVEN producers offering 4x what the prefix takes, WHEN their client paces itself as
-    # botocore's adaptive mode does (Queue's own client) or not
-    standard = _overloaded_producers(adaptive=False)
-    paced = _overloaded_producers(adaptive=True)
+    # Queue's own client does, or not at all
+    standard = _overloaded_producers("none")
+    paced = _overloaded_producers("s3queue")
     # THEN every write either landed or raised Throttled (nothing silently lost), and the
-    # adaptive client met far fewer 503s for as many writes or more
+    # paced client met far fewer 503s for as many writes or more
     for written, _, failed in (standard, paced):
         assert written + failed == 2000
     assert paced[1] < standard[1] / 2
     assert paced[0] >= standard[0]
+
+
+def test_senders_throttled_in_their_first_half_second_keep_the_prefix_busy() -> None:
+    # GIVEN 200 senders on one client offering 2,000 creates a second to a prefix that takes
+    # 500: its one-second burst is gone and the first 503 comes ~0.3 s in, before botocore's
+    # adaptive limiter has measured anything (producing/pacing.py)
+    boto, paced = (
+        _overloaded_producers(
+            pacing, producers=200, writes_per_s=500.0, each=100, per_s=10.0, until_s=4.0
+        )
+        for pacing in ("botocore", "s3queue")
+    )
+    # THEN in 4 s the pacer keeps the prefix near its 500 a second, where botocore's limiter
+    # fell to its floor (0.5 a second) and crept back as 0.4 t^3
+    assert paced[0] >= 0.8 * 500 * 4
+    assert boto[0] < paced[0] / 2
 
 
 def test_after_the_split_each_shard_of_a_queue_is_a_partition_of_its_own() -> None:
@@ -498,3 +523,24 @@ def test_after_the_split_each_shard_of_a_queue_is_a_partition_of_its_own() -> No
     ranges = {id(s3.partitions.of(key)) for key in [*tails, keys.ticket(1, 1), keys.lease]}
     assert len(ranges) == 4 + 2
     kernel.stop()
+
+
+def test_a_sim_lock_held_across_a_virtual_wait_makes_the_next_actor_wait_not_the_world() -> None:
+    # GIVEN two actors that take one lock around a 50 ms S3 call (Publisher.doubting)
+    kernel = Kernel(0.0)
+    lock = SimLock(kernel)
+    held: list[tuple[str, float, float]] = []
+
+    def body(name: str) -> None:
+        with lock:
+            start = kernel.now
+            kernel.wait(50.0, "PutObject")
+            held.append((name, start, kernel.now))
+
+    for name in ("a", "b"):
+        kernel.spawn(lambda name=name: body(name), at_ms=0.0, name=name, role="coordinator")
+    # WHEN virtual time runs (a threading.Lock here froze the simulation)
+    kernel.run(1_000.0)
+    kernel.stop()
+    # THEN the second held it only after the first let go
+    assert [h[0] for h in held] == ["a", "b"] and held[1][1] >= held[0][2] == 50.0

@@ -187,11 +187,14 @@ def test_the_cli_refuses_a_bad_delay_in_one_line_with_exit_code_2(
 def test_a_queue_of_its_own_client_paces_itself_when_s3_throttles(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """`Queue` without ``s3=`` uses botocore's adaptive retry mode: producers slow down under
-    ``503 SlowDown`` (the effect is measured in tests/test_aws_sim.py and the overload run)."""
+    """`Queue` without ``s3=`` runs its client's attempts through a `Pacer` (botocore's own
+    adaptive mode off): producers slow down together under ``503 SlowDown`` (the pacer and
+    its wiring: tests/test_pacing.py; its effect: the simulation's overload runs)."""
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "k")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "s")
     monkeypatch.setenv("S3QUEUE_ENDPOINT_URL", "http://127.0.0.1:9")
     queue = Queue("q", bucket="b")
     client = queue.storage._client  # type: ignore[attr-defined]
-    assert client.meta.config.retries["mode"] == "adaptive"
+    assert client.meta.config.retries["mode"] == "standard"
+    assert queue.pacing is not None and not queue.pacing.state().paced
+    assert Queue("q", storage=MemoryStorage()).pacing is None

@@ -23,6 +23,7 @@ from s3queue.producing.arguments import (
     delay_ms_of,
     lane_of,
 )
+from s3queue.producing.pacing import Pacer
 from s3queue.protocol.attributes import check_attributes
 from s3queue.protocol.keys import (
     QueueKeys,
@@ -66,15 +67,20 @@ class Queue(OperatorCalls):
         shards: int = 1,
     ) -> None:
         spread = Spread(shards)  # InvalidArgument before any client is made
+        self.pacing: Pacer | None = None
+        """The pacing of `Queue`'s own client (None with ``s3=`` or ``storage=``): its
+        ``state()`` says whether S3 is throttling this queue's producers, and how fast they
+        may send (`s3queue.producing.pacing`)."""
         if storage is None:
             if not bucket:
                 raise InvalidArgument("Queue needs bucket= (or storage=)")
-            from s3queue.storage.clients import make_client  # noqa: PLC0415 - boto3 on demand
+            from s3queue.storage.clients import make_client, pace  # noqa: PLC0415 - on demand
             from s3queue.storage.s3 import S3Storage  # noqa: PLC0415 - boto3 only on demand
 
-            # Producers slow down together when S3 throttles (`make_client`, adaptive mode).
-            own = s3 if s3 is not None else make_client(retry_mode="adaptive")
-            storage = S3Storage(own, bucket)
+            if s3 is None:  # producers slow down together when S3 throttles (pacing.py)
+                s3 = make_client(lean=False)  # botocore's path: its answers reach the pacer
+                self.pacing = pace(s3, Pacer())
+            storage = S3Storage(s3, bucket)
         self.name = check_queue_name(name)
         self.storage = storage
         self.keys = QueueKeys(prefix, name)

@@ -8,7 +8,7 @@ import os
 import xml.etree.ElementTree as ET
 from collections.abc import Mapping
 from datetime import datetime
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import boto3
 import botocore.session
@@ -19,8 +19,11 @@ from botocore.parsers import ResponseParserFactory, RestXMLParser
 from botocore.utils import parse_timestamp
 
 from s3queue.contract.environment import ENV_ENDPOINT_URL
-from s3queue.storage.lean import Settings, register
-from s3queue.storage.responses import plainly_complete, timestamp
+from s3queue.storage.lean import Settings, bucket_path, register
+from s3queue.storage.responses import is_throttling, plainly_complete, timestamp
+
+if TYPE_CHECKING:
+    from s3queue.producing.pacing import Pacer
 
 
 def make_client(
@@ -46,11 +49,8 @@ def make_client(
     are small, TLS already protects them, and CRC32 on every call costs client CPU, the
     bottleneck here. `max_pool_connections` is how many requests may be in flight at once
     without a new connection (and TLS handshake) each: size it to the threads that share it.
-    ``retry_mode="adaptive"`` (producers: `Queue` without ``s3=``) adds botocore's client-side
-    rate limiter: once S3 answers ``503 SlowDown``, every request of this client waits for a
-    token of a send rate that drops at each throttle and climbs back as requests succeed, so
-    an overloaded bucket slows its producers instead of their retries crowding out the queue's
-    own writes.
+    ``retry_mode="adaptive"`` adds botocore's client-side rate limiter; `Queue`'s own client
+    uses `pace` instead (why: `s3queue.producing.pacing`).
 
     Three of botocore's steps are done more cheaply, with the same outcome (client CPU per
     S3 call): timestamps (`parse_time`), its search for an error in a 200 (`check_200`), and
@@ -282,6 +282,46 @@ class LeanXMLParser(RestXMLParser):  # type: ignore[misc]
         known = getattr(self, "KNOWN_LOCATIONS", None)
         location = where.get("location") in known if known is not None else "location" in where
         return bool(location or where.get("eventheader"))
+
+
+_SENT = "s3queue_paced_at"
+"""Where `pace` keeps an attempt's send time: botocore's request context, one per call."""
+
+
+def pace(client: Any, pacer: Pacer) -> Pacer:
+    """Send every attempt of `client` (a first try or botocore's retry) through `pacer`, and
+    tell it each answer, so that once S3 throttles, all the threads sharing `client` slow down
+    together (`s3queue.producing.pacing`); `pacer`. An attempt whose slot is too far away
+    raises `Throttled` before anything is sent (botocore does not retry it).
+
+    The answers come from botocore's ``needs-retry`` event, which the lean path of
+    `s3queue.storage.lean` does not emit: a client `make_client` built lean (an endpoint URL)
+    is refused here; build it with ``lean=False`` (as `Queue` does for its own client).
+    """
+    if bucket_path(client, "b") is not None:
+        raise ValueError("pace() needs botocore's path: make_client(..., lean=False)")
+
+    def before_send(request: Any = None, **_: Any) -> None:
+        sent = pacer.before_send()
+        context = getattr(request, "context", None)
+        if isinstance(context, dict):
+            context[_SENT] = sent
+
+    def needs_retry(
+        response: Any = None, request_dict: dict[str, Any] | None = None, **_: Any
+    ) -> None:
+        sent = ((request_dict or {}).get("context") or {}).get(_SENT)
+        if response is None or sent is None:  # no answer: a lost connection, or not sent
+            return
+        http, parsed = response
+        code = str((parsed or {}).get("Error", {}).get("Code", ""))
+        status = int(http.status_code)
+        # S3's 503 is "Slow Down" (a HEAD's has no body, so no code to say so)
+        pacer.answered(sent, throttled=is_throttling(code, status) or status == 503)
+
+    client.meta.events.register("before-send.s3", before_send)
+    client.meta.events.register("needs-retry.s3", needs_retry)
+    return pacer
 
 
 def make_lambda_client(

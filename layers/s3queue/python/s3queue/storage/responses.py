@@ -92,10 +92,15 @@ def classify(
     if code == "BucketAlreadyOwnedByYou":
         return AlreadyOwned(f"{where}: already owned"), False
     text = f"{where} failed: {code} {message} (HTTP {status})"
-    if code in _THROTTLING_CODES or status == 429:
+    if is_throttling(code, status):
         return Throttled(text + ": over S3's request rate; slow down and retry"), True
     transient = code in _TRANSIENT_CODES or status >= 500
     return StorageError(text), transient
+
+
+def is_throttling(code: str, status: int) -> bool:
+    """An answer that says the request rate is over what S3 serves now."""
+    return code in _THROTTLING_CODES or status == 429
 
 
 def unquote(etag: str) -> str:
