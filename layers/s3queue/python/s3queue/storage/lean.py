@@ -6,7 +6,8 @@ validating and serialising parameters against the model, resolving the endpoint 
 some twenty event hooks, building an `AWSRequest` and preparing it again, deriving the SigV4
 key with four HMACs, and walking the output model. What they need is a URL, a few headers, a
 signature, one HTTP exchange and a handful of response headers. So, on the clients
-`make_client` builds with an endpoint URL (path-style addressing, one signing region):
+`make_client` builds (with an endpoint URL: path-style, one signing region; on AWS's own
+endpoints: see below):
 
     S3Storage.get -> LeanBucket.get_object: URL + headers -> SigV4 (the day's key kept)
                   -> events "before-send.s3.GetObject" (hooks may answer instead)
