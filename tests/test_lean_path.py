@@ -139,4 +139,4 @@ def test_only_the_clients_make_client_builds_go_lean() -> None:
     adaptive = make_client(endpoint, credentials=("a", "b"), retry_mode="adaptive")
     assert lean.bucket_path(adaptive, "b") is None  # its rate limiter lives in botocore's retries
     aws = make_client(region="us-east-1", credentials=("a", "b"))
-    assert lean.bucket_path(aws, "b") is None  # AWS's endpoints: botocore resolves them
+    assert lean.bucket_path(aws, "b") is None  # AWS's endpoints: learned (test_lean_aws.py)

@@ -369,15 +369,23 @@ class TestBatches:
 class TestAwsAnswers:
     """moto answers as AWS does where SeaweedFS deviates (404, not 412, for a missing key)."""
 
-    @pytest.fixture(params=["botocore", "lean"])
+    @pytest.fixture(params=["botocore", "lean", "lean-path-style"])
     def aws(self, request: pytest.FixtureRequest) -> Iterator[S3Storage]:
-        """Each path in turn: botocore's (AWS's endpoint, as in Lambda), and the lean one (an
-        endpoint URL, path-style, which moto answers as AWS)."""
-        endpoint = "https://s3.us-east-1.amazonaws.com" if request.param == "lean" else None
+        """Each path in turn: botocore's and the lean one on AWS's endpoint (virtual-hosted,
+        as in Lambda), and the lean one with an endpoint URL (path-style), which moto answers
+        as AWS."""
+        path_style = request.param == "lean-path-style"
+        endpoint = "https://s3.us-east-1.amazonaws.com" if path_style else None
         with mock_aws():
-            client = make_client(endpoint, region="us-east-1", credentials=("k", "s"))
+            client = make_client(
+                endpoint,
+                region="us-east-1",
+                credentials=("k", "s"),
+                lean=request.param != "botocore",
+            )
             store = S3Storage(client, "aws")
-            assert (store._lean is not None) == (request.param == "lean")
+            assert (store._lean is not None) == (request.param != "botocore")
+            assert store._lean is None or (store._lean.host == "aws.s3.amazonaws.com") != path_style
             store.create_bucket()
             yield store
 

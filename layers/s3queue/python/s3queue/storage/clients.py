@@ -54,9 +54,11 @@ def make_client(
 
     Three of botocore's steps are done more cheaply, with the same outcome (client CPU per
     S3 call): timestamps (`parse_time`), its search for an error in a 200 (`check_200`), and
-    its walk of an answer's headers and XML (`LeanXMLParser`). With an endpoint URL and the
-    standard retry mode, `S3Storage` sends its hot calls (GET, HEAD, PUT, DELETE of one key)
-    by the lean path of `s3queue.storage.lean` unless `lean` is False.
+    its walk of an answer's headers and XML (`LeanXMLParser`). In the standard retry mode,
+    `S3Storage` sends its hot calls (GET, HEAD, PUT, DELETE of one key) by the lean path of
+    `s3queue.storage.lean` unless `lean` is False: path-style with an endpoint URL; on AWS's
+    own endpoints, for each bucket whose calls botocore prepares as that path would
+    (`s3queue.storage.endpoints`).
     """
     if endpoint_url is None:
         endpoint_url = (os.environ if environ is None else environ).get(ENV_ENDPOINT_URL) or None
@@ -93,7 +95,7 @@ def make_client(
         client.meta.events.register_first(
             "before-parse.s3.*", check_200, unique_id="s3queue-check-200"
         )
-    if lean and endpoint_url and retry_mode == "standard":
+    if lean and retry_mode == "standard":
         signing = Credentials(*credentials) if credentials is not None else core.get_credentials()
         if signing is not None:
             settings = Settings(signing, endpoint_url, client.meta.region_name, sdk_retries + 1)

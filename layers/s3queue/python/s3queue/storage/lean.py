@@ -6,7 +6,8 @@ validating and serialising parameters against the model, resolving the endpoint 
 some twenty event hooks, building an `AWSRequest` and preparing it again, deriving the SigV4
 key with four HMACs, and walking the output model. What they need is a URL, a few headers, a
 signature, one HTTP exchange and a handful of response headers. So, on the clients
-`make_client` builds with an endpoint URL (path-style addressing, one signing region):
+`make_client` builds (with an endpoint URL: path-style, one signing region; on AWS's own
+endpoints: see below):
 
     S3Storage.get -> LeanBucket.get_object: URL + headers -> SigV4 (the day's key kept)
                   -> events "before-send.s3.GetObject" (hooks may answer instead)
@@ -20,19 +21,21 @@ same exponential backoff; creates are never resent blind, as `sending.no_blind_r
 What is dropped: its retry quota, the adaptive rate limiter (clients with
 ``retry_mode="adaptive"`` keep botocore's path), and the other events. A caller's own client
 keeps botocore's path too: only a client registered here by `make_client` goes lean.
+
+On AWS's own endpoints (no endpoint URL: the Lambda functions) a bucket's URL and signing are
+botocore's endpoint ruleset's; `s3queue.storage.endpoints` learns them from botocore once per
+bucket, and a bucket S3 says lives in another region is handed back to botocore (`moved`).
 """
 
 from __future__ import annotations
 
 import hashlib
-import hmac
 import http.client
 import re
-import threading
 import time
 import weakref
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 from urllib.parse import quote, urlsplit
 
@@ -43,8 +46,8 @@ from botocore.utils import parse_timestamp
 
 from s3queue.storage.responses import timestamp
 from s3queue.storage.sending import TOKEN_METADATA
+from s3queue.storage.signing import EMPTY_SHA256, Signer
 
-EMPTY_SHA256 = hashlib.sha256(b"").hexdigest()
 _META = "x-amz-meta-"
 _ERROR = re.compile(rb"<Code>([^<]*)</Code>(?:.*?<Message>([^<]*)</Message>)?", re.S)
 
@@ -55,8 +58,9 @@ class Settings:
 
     credentials: Any
     """botocore `Credentials` (refreshable or not): `get_frozen_credentials` on each call."""
-    endpoint: str
-    """The endpoint URL, path-style: a key's URL is ``{endpoint}/{bucket}/{key}``."""
+    endpoint: str | None
+    """The endpoint URL, path-style: a key's URL is ``{endpoint}/{bucket}/{key}``. None: AWS's
+    own endpoints, each bucket's URL learned from botocore (`s3queue.storage.endpoints`)."""
     region: str
     attempts: int
     """botocore's total attempts (its ``max_attempts`` + 1): the same retries as its path."""
@@ -70,29 +74,47 @@ def register(client: Any, settings: Settings) -> None:
     _registered[client] = settings
 
 
-def bucket_path(client: Any, bucket: str) -> LeanBucket | None:
-    """The lean path for `bucket` on `client`, or None (a client `make_client` did not build,
-    one without the HTTP session this relies on: botocore's path)."""
+def registered(client: Any) -> tuple[Settings, Any] | None:
+    """What `make_client` registered for `client`, and its HTTP session; None: a client it
+    did not build, or one without the HTTP session this relies on (botocore's path)."""
     settings = _registered.get(client)
     session = getattr(getattr(client, "_endpoint", None), "http_session", None)
     if settings is None or not callable(getattr(session, "send", None)):
         return None
-    split = urlsplit(settings.endpoint.rstrip("/"))
-    default = {"http": 80, "https": 443}.get(split.scheme)
-    host = split.hostname or ""
-    if split.port is not None and split.port != default:
-        host = f"{host}:{split.port}"
+    return settings, session
+
+
+def bucket_path(client: Any, bucket: str) -> LeanBucket | None:
+    """The lean path for `bucket` on a client with an endpoint URL (path-style), or None.
+    On AWS's own endpoints, `s3queue.storage.endpoints.lean_path` learns it from botocore."""
+    found = registered(client)
+    endpoint = found[0].endpoint if found is not None else None
+    if found is None or endpoint is None:
+        return None
+    settings, session = found
+    split = urlsplit(endpoint.rstrip("/"))
     path = f"{split.path}/{quote(bucket, safe='~')}/"
     return LeanBucket(
         bucket,
         f"{split.scheme}://{split.netloc}",
-        host,
+        host_of(split.scheme, split.netloc),
         path,
         settings,
         session,
         client.meta.events,
         client.meta.service_model,
     )
+
+
+def host_of(scheme: str, netloc: str) -> str:
+    """The ``host`` SigV4 signs for a URL's netloc, as botocore's signer has it (no default
+    port)."""
+    split = urlsplit(f"{scheme}://{netloc}")
+    default = {"http": 80, "https": 443}.get(scheme)
+    host = split.hostname or ""
+    if split.port is not None and split.port != default:
+        host = f"{host}:{split.port}"
+    return host
 
 
 @dataclass(frozen=True)
@@ -117,21 +139,33 @@ class LeanBucket:
     session: Any
     events: Any
     model: Any
+    region: str = ""
+    """The region signed for (default: the settings'); on AWS, the one botocore signs for."""
+    fallback: Any = None
+    """On AWS's endpoints: the botocore client a bucket in another region is handed to."""
+    moved: bool = False
+    """S3 answered that the bucket lives elsewhere: every call goes to `fallback` since."""
     signer: Signer = field(init=False)
     _retryable: StandardRetryConditions = field(init=False)
 
     def __post_init__(self) -> None:
-        self.signer = Signer(self.settings.region)
+        self.signer = Signer(self.region or self.settings.region)
         self._retryable = StandardRetryConditions(max_attempts=self.settings.attempts)
 
     def get_object(self, *, Bucket: str, Key: str, IfMatch: str | None = None) -> dict[str, Any]:
         headers = {"If-Match": IfMatch} if IfMatch is not None else {}
-        response, answer = self._call("GetObject", "GET", Key, headers)
+        sent = self._call("GetObject", "GET", Key, headers)
+        if sent is None:
+            return self._botocore("get_object", Bucket=Bucket, Key=Key, IfMatch=IfMatch)
+        response, answer = sent
         answer["Body"] = Body(response.content)
         return answer
 
     def head_object(self, *, Bucket: str, Key: str) -> dict[str, Any]:
-        return self._call("HeadObject", "HEAD", Key, {})[1]
+        sent = self._call("HeadObject", "HEAD", Key, {})
+        return (
+            sent[1] if sent is not None else self._botocore("head_object", Bucket=Bucket, Key=Key)
+        )
 
     def put_object(
         self,
@@ -150,11 +184,24 @@ class LeanBucket:
             headers["If-None-Match"] = IfNoneMatch
         # A create is never resent blind: `S3Storage.put` checks first (sending.no_blind_resend).
         once = IfNoneMatch == "*" and f"{_META}{TOKEN_METADATA}" in headers
-        return self._call("PutObject", "PUT", Key, headers, bytes(Body), once=once)[1]
+        sent = self._call("PutObject", "PUT", Key, headers, bytes(Body), once=once)
+        if sent is not None:
+            return sent[1]
+        params = {"IfMatch": IfMatch, "IfNoneMatch": IfNoneMatch, "Metadata": Metadata}
+        return self._botocore("put_object", Bucket=Bucket, Key=Key, Body=Body, **params)
 
     def delete_object(self, *, Bucket: str, Key: str, IfMatch: str | None = None) -> dict[str, Any]:
         headers = {"If-Match": IfMatch} if IfMatch is not None else {}
-        return self._call("DeleteObject", "DELETE", Key, headers)[1]
+        sent = self._call("DeleteObject", "DELETE", Key, headers)
+        if sent is not None:
+            return sent[1]
+        return self._botocore("delete_object", Bucket=Bucket, Key=Key, IfMatch=IfMatch)
+
+    def _botocore(self, method: str, **params: Any) -> dict[str, Any]:
+        """The call by botocore's path (its region redirector follows the bucket)."""
+        given = {name: value for name, value in params.items() if value is not None}
+        result: dict[str, Any] = getattr(self.fallback, method)(**given)
+        return result
 
     def _call(
         self,
@@ -165,8 +212,11 @@ class LeanBucket:
         body: bytes = b"",
         *,
         once: bool = False,
-    ) -> tuple[AWSResponse, dict[str, Any]]:
-        """Send, retrying as botocore's standard mode would; a 2xx's answer, else raise."""
+    ) -> tuple[AWSResponse, dict[str, Any]] | None:
+        """Send, retrying as botocore's standard mode would; a 2xx's answer, else raise; None:
+        the bucket has moved (the call was refused, so resending it is safe, a create too)."""
+        if self.moved:
+            return None
         path = self.path + quote(key, safe="/~")
         attempt = 0
         while True:
@@ -179,6 +229,9 @@ class LeanBucket:
                 parsed = answer(response)
                 if response.status_code < 300:
                     return response, parsed
+                if self.fallback is not None and moved(response, parsed, self.signer.region):
+                    self.moved = True
+                    return None
             except BotoCoreError as exc:
                 error = exc
             context = RetryContext(
@@ -197,18 +250,46 @@ class LeanBucket:
     def _send(
         self, operation: str, method: str, path: str, headers: dict[str, str], body: bytes
     ) -> AWSResponse:
-        credentials = self.settings.credentials.get_frozen_credentials()
-        payload = hashlib.sha256(body).hexdigest() if body else EMPTY_SHA256
-        if body:
-            headers["Content-Length"] = str(len(body))
-        self.signer.sign(method, path, self.host, headers, payload, credentials)
-        request = AWSPreparedRequest(method, self.origin + path, headers, body or None, False)
+        request = self.prepare(method, path, headers, body)
         hooks = self.events.emit  # botocore's emitter (not s3queue's events)
         for _, hooked in hooks(f"before-send.s3.{operation}", request=request):
             if hooked is not None:
                 return hooked
         sent: AWSResponse = self.session.send(request)
         return sent
+
+    def prepare(
+        self,
+        method: str,
+        path: str,
+        headers: dict[str, str],
+        body: bytes,
+        now: datetime | None = None,
+    ) -> AWSPreparedRequest:
+        """The signed request, as sent (`endpoints` compares it with botocore's)."""
+        credentials = self.settings.credentials.get_frozen_credentials()
+        payload = hashlib.sha256(body).hexdigest() if body else EMPTY_SHA256
+        if body:
+            headers["Content-Length"] = str(len(body))
+        self.signer.sign(method, path, self.host, headers, payload, credentials, now)
+        return AWSPreparedRequest(method, self.origin + path, headers, body or None, False)
+
+
+_REDIRECTS = {
+    "PermanentRedirect",
+    "AuthorizationHeaderMalformed",
+    "IllegalLocationConstraintException",
+}
+
+
+def moved(response: AWSResponse, parsed: dict[str, Any], region: str) -> bool:
+    """S3's answer that the bucket lives in another region than the one signed for: the
+    cases botocore's `S3RegionRedirectorv2` follows (a redirect status, one of its error
+    codes, a 400 naming another ``x-amz-bucket-region``)."""
+    status = response.status_code
+    code = parsed.get("Error", {}).get("Code")
+    elsewhere = response.headers.get("x-amz-bucket-region") not in (None, region)
+    return status in (301, 302, 307) or code in _REDIRECTS or (status == 400 and elsewhere)
 
 
 def answer(response: AWSResponse) -> dict[str, Any]:
@@ -236,61 +317,3 @@ def answer(response: AWSResponse) -> dict[str, Any]:
     if metadata or "etag" in headers:
         parsed["Metadata"] = metadata
     return parsed
-
-
-class Signer:
-    """AWS Signature Version 4 for S3, in headers, with the day's signing key kept: botocore
-    derives it with four HMACs on every request. The result is botocore's `S3SigV4Auth`'s for
-    the same request and time (`tests/test_lean_path.py`)."""
-
-    def __init__(self, region: str) -> None:
-        self.region = region
-        self._keys: dict[tuple[str, str], bytes] = {}
-        self._lock = threading.Lock()
-
-    def sign(
-        self,
-        method: str,
-        path: str,
-        host: str,
-        headers: dict[str, str],
-        payload: str,
-        credentials: Any,
-        now: datetime | None = None,
-    ) -> None:
-        """Add ``X-Amz-Date``, ``X-Amz-Content-SHA256``, the token, and ``Authorization``."""
-        stamp = (now or datetime.now(UTC)).strftime("%Y%m%dT%H%M%SZ")
-        day = stamp[:8]
-        headers["X-Amz-Date"] = stamp
-        headers["X-Amz-Content-SHA256"] = payload
-        if credentials.token:
-            headers["X-Amz-Security-Token"] = credentials.token
-        signed = {"host": host}
-        for name, value in headers.items():
-            if name != "Content-Length":
-                signed[name.lower()] = " ".join(str(value).split())
-        names = sorted(signed)
-        canonical = "\n".join([method, path, "", *(f"{name}:{signed[name]}" for name in names), ""])
-        listed = ";".join(names)
-        scope = f"{day}/{self.region}/s3/aws4_request"
-        digest = hashlib.sha256(f"{canonical}\n{listed}\n{payload}".encode()).hexdigest()
-        to_sign = f"AWS4-HMAC-SHA256\n{stamp}\n{scope}\n{digest}"
-        key = self._key(credentials.secret_key, day)
-        signature = hmac.new(key, to_sign.encode(), hashlib.sha256).hexdigest()
-        headers["Authorization"] = (
-            f"AWS4-HMAC-SHA256 Credential={credentials.access_key}/{scope}, "
-            f"SignedHeaders={listed}, Signature={signature}"
-        )
-
-    def _key(self, secret: str, day: str) -> bytes:
-        known = self._keys.get((secret, day))
-        if known is not None:
-            return known
-        key = f"AWS4{secret}".encode()
-        for part in (day, self.region, "s3", "aws4_request"):
-            key = hmac.new(key, part.encode(), hashlib.sha256).digest()
-        with self._lock:
-            if len(self._keys) > 8:
-                self._keys.clear()
-            self._keys[(secret, day)] = key
-        return key

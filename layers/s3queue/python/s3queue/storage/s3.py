@@ -67,7 +67,7 @@ from s3queue.storage.base import (
     settle_put_conflict,
 )
 from s3queue.storage.clients import make_client
-from s3queue.storage.lean import bucket_path
+from s3queue.storage.endpoints import lean_path
 from s3queue.storage.responses import AlreadyOwned as _AlreadyOwned
 from s3queue.storage.responses import Missing as _Missing
 from s3queue.storage.responses import etag as _etag
@@ -128,7 +128,7 @@ class S3Storage:
         self._retry = Retrier(
             client, bucket, max(attempts, 1), base_delay, max_delay, sleep, rng or random.Random()
         )
-        self._lean = self._retry.lean = bucket_path(client, bucket)  # None: botocore's path
+        self._lean = self._retry.lean = lean_path(client, bucket)  # None: botocore's path
         self._transfers = Transfers(
             self._retry,
             self.head,
