@@ -23,7 +23,7 @@ from s3queue.protocol.keys import QueueKeys
 from s3queue.protocol.lease import LeaderLease
 from s3queue.protocol.permits import Permit
 from s3queue.protocol.tickets import Ref, Ticket
-from s3queue.storage.base import Storage, new_token
+from s3queue.storage.base import Head, Storage, new_token
 
 BLOCK_TICKETS_PER_THREAD = 4
 """A reserved block has room for this many ticks' worth of concurrent publications."""
@@ -119,17 +119,25 @@ class Publisher:
             landed = self._doubt(key, seq, exc, now)
             if landed is None:
                 return 0
-            etag = landed
-        self.emit("dispatch", now, ticket=key, refs=[c.key for c in batch], messages=count)
+            self.emit("dispatch", now, ticket=key, refs=[c.key for c in batch], messages=count)
+            if landed.token != token:
+                # It landed and was written since (a puller claimed it before we looked): our
+                # pending copy is stale, and a worker invoked with it and this ETag would claim
+                # it over its holder. It is in flight; the next tick learns it (LIST, one GET).
+                return count
+            etag = landed.etag
+        else:
+            self.emit("dispatch", now, ticket=key, refs=[c.key for c in batch], messages=count)
         known = Known(ticket, etag, invoked_ms=now)
         memory.known[key] = known
         self.reconciler.invoke(key, known, now, reason="new")
         return count
 
-    def _doubt(self, key: str, seq: int, exc: Exception, now: int) -> str | None:
+    def _doubt(self, key: str, seq: int, exc: Exception, now: int) -> Head | None:
         """A ticket whose create failed or lost its answer: it may have landed, may land later
-        (a zombie request) or never. Doubt it, look, settle it (lease.py, "Doubts"): its ETag
-        if it landed (it runs), None if not (a hole: its messages may go out again).
+        (a zombie request) or never. Doubt it, look, settle it (lease.py, "Doubts"): its HEAD
+        if it landed (it runs; by the token, ours as created or written since), None if not
+        (a hole: its messages may go out again).
 
         If the lease cannot be written meanwhile, we stop leading without a word (`abdicate`):
         our messages would otherwise go out again while the ticket may still land. Whoever
@@ -147,7 +155,7 @@ class Publisher:
                 self.lease.abdicate()
                 raise
         self.emit("settled", now, ticket=key, landed=head is not None)
-        return None if head is None else head.etag
+        return head
 
 
 def _never() -> bool:
