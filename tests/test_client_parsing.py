@@ -12,8 +12,9 @@ import pytest
 from botocore.awsrequest import HeadersDict
 from botocore.parsers import RestXMLParser
 from botocore.utils import parse_timestamp
-from s3queue.storage import clients
-from s3queue.storage.clients import LeanXMLParser, check_200, make_client, parse_time
+from s3queue.storage import parsing
+from s3queue.storage.clients import make_client
+from s3queue.storage.parsing import LeanXMLParser, check_200, parse_time
 from s3queue.storage.responses import plainly_complete, timestamp
 
 S3 = botocore.session.get_session().get_service_model("s3")
@@ -110,12 +111,12 @@ def test_the_clients_we_make_use_the_lean_parser() -> None:
 
 def test_botocore_still_has_every_private_name_the_lean_parser_relies_on() -> None:
     # A botocore upgrade that renames one fails here, loudly (the clients then fall back)
-    assert clients.lean_parsing_supported()
+    assert parsing.lean_parsing_supported()
 
 
 def test_a_botocore_without_them_keeps_its_own_parser(monkeypatch: pytest.MonkeyPatch) -> None:
     # GIVEN a botocore whose parser lost a name the lean one calls
-    monkeypatch.setitem(clients._RELIED_ON, RestXMLParser, ("_a_name_botocore_renamed",))
+    monkeypatch.setitem(parsing._RELIED_ON, RestXMLParser, ("_a_name_botocore_renamed",))
     # WHEN a client is made
     client = make_client("http://127.0.0.1:9")
     parser = client._endpoint._response_parser_factory.create_parser("rest-xml")

@@ -46,11 +46,14 @@ class Context:
 def record_calls(path: str) -> None:
     """Append every botocore API call (service, operation, the params that name resources)."""
     import botocore.client
+    from s3queue.storage.endpoints import PROBE_KEY
 
     lock = threading.Lock()
     original = botocore.client.BaseClient._make_api_call
 
     def recorded(client: Any, operation: str, params: dict[str, Any]) -> Any:
+        if params.get("Key") == PROBE_KEY:  # prepared to learn the bucket's URL, never sent
+            return original(client, operation, params)
         kept: dict[str, Any] = {k: params[k] for k in KEPT_PARAMS if k in params}
         if operation == "DeleteObjects":
             kept["Keys"] = [o["Key"] for o in params["Delete"]["Objects"]]
@@ -60,6 +63,37 @@ def record_calls(path: str) -> None:
         return original(client, operation, params)
 
     botocore.client.BaseClient._make_api_call = recorded  # type: ignore[method-assign]
+    # The hot S3 calls of the clients s3queue makes skip `_make_api_call` (storage/lean.py):
+    # record them where they are made, so that the policy check sees every call.
+    from s3queue.storage import lean
+
+    for method in ("get_object", "head_object", "put_object", "delete_object"):
+        operation = "".join(part.title() for part in method.split("_"))
+        setattr(lean.LeanBucket, method, _recording(getattr(lean.LeanBucket, method), operation))
+
+    def _write(line: dict[str, Any]) -> None:
+        with lock, open(path, "a", encoding="utf-8") as out:
+            out.write(json.dumps(line) + "\n")
+
+    lean_calls.append(_write)
+
+
+lean_calls: list[Any] = []
+"""Where `_recording` writes (set by `record_calls`)."""
+
+
+def _recording(call: Any, operation: str) -> Any:
+    from s3queue.storage.endpoints import PROBE_KEY
+
+    def recorded(self: Any, **params: Any) -> Any:
+        kept = {k: params[k] for k in KEPT_PARAMS if k in params}
+        if params.get("Key") == PROBE_KEY:
+            return call(self, **params)
+        for write in lean_calls:
+            write({"service": "s3", "operation": operation, "params": kept})
+        return call(self, **params)
+
+    return recorded
 
 
 def module_origins() -> dict[str, str]:
