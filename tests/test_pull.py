@@ -151,3 +151,37 @@ def test_a_learnt_ticket_claimed_elsewhere_is_dropped_by_the_next_list() -> None
     h.clock.advance(TRUST_MS / 1000)
     # THEN the LIST drops it: nothing is offered
     assert puller.poll(1) == [] and not puller.stale()
+
+
+def test_a_poll_counts_the_tickets_others_work_and_the_loop_waits_less_for_them() -> None:
+    from s3queue.local.pulling import PULL_BUSY, PULL_IDLE, PULL_SEEN, next_delay
+
+    # GIVEN a ticket claimed by another process, and one this process works
+    h = Harness(settings=QueueSettings(batch_size=1))
+    h.queue.enqueue("x")
+    h.queue.enqueue("y")
+    h.tick()
+    mine, theirs = h.invocations
+    puller = Puller(h.storage, h.queue.keys)
+    seen: list[int] = []
+
+    def handler(message: object) -> None:
+        puller.poll(5, busy={mine["ticket"]})
+        seen.append(puller.others)
+
+    outer = h.new_worker("w2").process(theirs, lambda m: h.worker.process(mine, handler))
+    assert outer.status == "committed"
+    # THEN the poll made while both were claimed counted the other's only
+    assert seen == [1]
+    puller.poll(5)
+    assert puller.others == 0  # both applied: nothing listed
+    # AND a loop backs off to PULL_SEEN, not PULL_IDLE, while others work the queue's tickets
+    delays, delay = [], PULL_BUSY
+    for _ in range(6):
+        delay = next_delay(delay, found=False, busy_elsewhere=True)
+        delays.append(delay)
+    assert max(delays) == PULL_SEEN < PULL_IDLE
+    assert next_delay(PULL_IDLE, found=False, busy_elsewhere=True) == PULL_SEEN
+    assert next_delay(PULL_SEEN, found=False, busy_elsewhere=False) == 2 * PULL_SEEN
+    assert next_delay(PULL_IDLE, found=False, busy_elsewhere=False) == PULL_IDLE
+    assert next_delay(PULL_IDLE, found=True, busy_elsewhere=False) == PULL_BUSY

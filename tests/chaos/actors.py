@@ -34,6 +34,7 @@ from s3queue.working.pull import Puller
 from s3queue.working.worker import Worker
 
 from chaos import workload
+from chaos.behind import ChaosBehind
 from chaos.history import History
 from chaos.process import Answering, Crash, Drift, Hazards, ProcessStorage, SkewedClock
 
@@ -233,6 +234,10 @@ def _serve_invocations(
 ) -> None:
     storage, clock = world.process(actor, role, owner)
     puller = Puller(storage, QueueKeys(PREFIX, QUEUE), clock)
+    # Half the processes apply behind the thread, as the local runtime does (chaos/behind.py).
+    behind = (
+        ChaosBehind(storage, actor.rng, world.history, owner) if actor.rng.random() < 0.5 else None
+    )
     worker = Worker(
         storage,
         QUEUE,
@@ -244,9 +249,12 @@ def _serve_invocations(
         listener=world.history.listener(owner),
         heartbeat_thread=world.heartbeat_thread,
         read_ahead=_shuffled(actor),  # reads of a ticket's objects, as threads may order them
+        behind=behind,
     )
     timeout_ms = world.settings.timeout * 1000
     while True:
+        if behind is not None and actor.rng.random() < 0.5:
+            behind.run()  # done before the process waits for work, or left for later
         if pull:
             try:
                 found = puller.poll(1)

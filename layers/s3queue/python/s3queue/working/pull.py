@@ -63,6 +63,8 @@ class Puller:
         """Pending ticket key -> when it was last known pending (learnt, or listed unchanged)."""
         self._served: str | None = None
         self._turns = False
+        self.others = 0
+        """Tickets the last poll listed that this process does not work: the queue is busy."""
 
     def learn(self, payload: Invocation) -> None:
         """A pending ticket's payload as its publisher has it (this process's coordinator, which
@@ -100,6 +102,7 @@ class Puller:
             return []
         page = self.storage.list(self.keys.tickets)
         listed = {entry.key: entry.etag for entry in page.entries if entry.key not in busy}
+        self.others = len(listed)
         self._seen = {k: v for k, v in self._seen.items() if listed.get(k) == v}
         self._pending = {
             k: found for k, found in self._pending.items() if listed.get(k) == found[1]["etag"]
