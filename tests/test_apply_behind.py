@@ -9,7 +9,6 @@ from typing import Any
 
 import pytest
 from harness import Harness, Recorder
-
 from s3queue.local.runtime import run_local
 from s3queue.producing.producer import Queue
 from s3queue.protocol.tickets import Ticket
@@ -124,9 +123,9 @@ class HeldApply(MemoryStorage):
     def put(self, key: str, body: bytes, **kwargs: Any) -> str:
         etag = super().put(key, body, **kwargs)
         held = self.held
-        if held is not None and "/tickets/" in key and key != held:
-            if Ticket.decode(body).state == "claimed":
-                self.claimed_next.set()
+        other = held is not None and "/tickets/" in key and key != held
+        if other and Ticket.decode(body).state == "claimed":
+            self.claimed_next.set()
         return etag
 
     def delete(self, key: str, **kwargs: Any) -> None:

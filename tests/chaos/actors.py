@@ -136,6 +136,8 @@ class World:
     schedules: Callable[[str, Clock], Schedules] | None = None
     """Makes a coordinator process's `Schedules` (a scheduled queue: slots.py)."""
     shards: tuple[int, ...] = (1,)
+    seed: int = 0
+    """The run's seed: the apply-behind model draws from a generator of its own (behind.py)."""
     """The producer's ``shards``, one per process life in turn: a crash changes the layout."""
 
     def process(self, actor: Actor, role: Role, owner: str) -> tuple[ProcessStorage, SkewedClock]:
@@ -234,10 +236,7 @@ def _serve_invocations(
 ) -> None:
     storage, clock = world.process(actor, role, owner)
     puller = Puller(storage, QueueKeys(PREFIX, QUEUE), clock)
-    # Half the processes apply behind the thread, as the local runtime does (chaos/behind.py).
-    behind = (
-        ChaosBehind(storage, actor.rng, world.history, owner) if actor.rng.random() < 0.5 else None
-    )
+    behind = ChaosBehind.maybe(storage, world.seed, owner, world.history)
     worker = Worker(
         storage,
         QUEUE,
@@ -253,8 +252,8 @@ def _serve_invocations(
     )
     timeout_ms = world.settings.timeout * 1000
     while True:
-        if behind is not None and actor.rng.random() < 0.5:
-            behind.run()  # done before the process waits for work, or left for later
+        if behind is not None:
+            behind.idle()  # before the process waits for work, the kept apply may run
         if pull:
             try:
                 found = puller.poll(1)

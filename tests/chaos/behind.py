@@ -20,11 +20,24 @@ from chaos.history import History
 from chaos.process import ProcessStorage
 
 CHANCE = 0.3
-"""Chance that a kept apply runs before any one storage call of its process."""
+"""Chance that a kept apply runs before any one storage call of its process (or before it
+waits for work)."""
+SHARE = 0.5
+"""Share of the worker processes that apply behind; the others apply inline (a Lambda)."""
 
 
 class ChaosBehind:
-    """A `Behind` that runs the kept apply at a random later call of the same process."""
+    """A `Behind` that runs the kept apply at a random later call of the same process. Its
+    draws come from a generator of its own, seeded by the run's seed and the process, so that
+    the actors' own generators (the rest of a seed's run) draw as they did without it."""
+
+    @classmethod
+    def maybe(
+        cls, storage: ProcessStorage, seed: int, owner: str, history: History
+    ) -> ChaosBehind | None:
+        """One for `SHARE` of the worker processes, None (apply inline) for the others."""
+        rng = random.Random(f"{seed}:{owner}:behind")
+        return cls(storage, rng, history, owner) if rng.random() < SHARE else None
 
     def __init__(
         self, storage: ProcessStorage, rng: random.Random, history: History, owner: str
@@ -36,19 +49,26 @@ class ChaosBehind:
         def step_then_maybe() -> None:
             step()
             if self.kept is not None and self.rng.random() < CHANCE:
-                self.run()
+                self.run("call")
 
         storage.step = step_then_maybe
 
     def submit(self, ticket: str, job: Callable[[], object]) -> None:
-        self.run()
+        self.run("submit")
         self.kept = (ticket, job)
 
-    def run(self) -> None:
-        """Run the kept apply now, if there is one."""
+    def idle(self) -> None:
+        """The process is about to wait for work: the kept apply may run first."""
+        if self.kept is not None and self.rng.random() < CHANCE:
+            self.run("idle")
+
+    def run(self, at: str) -> None:
+        """Run the kept apply now, if there is one (`at`: before a call of the process, before
+        it waits for work, or at the next submit; recorded)."""
         kept, self.kept = self.kept, None
         if kept is None:
             return
+        self.history.record("apply_behind", self.owner, ticket=kept[0], at=at)
         try:
             kept[1]()
         except S3QueueError as exc:
