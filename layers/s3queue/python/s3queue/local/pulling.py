@@ -98,6 +98,13 @@ class PullLoop:
         """Whether the last poll listed tickets other processes work (`Puller.others`)."""
         return any(puller.others for puller in self.pullers.values())
 
+    def tickets_listed(self, within_ms: int = 1000) -> bool:
+        """Whether a poll made within `within_ms` listed tickets this process does not work."""
+        return any(
+            puller.others and puller.clock.now_ms() - puller.listed_ms < within_ms
+            for puller in self.pullers.values()
+        )
+
     def hand_out(self) -> int:
         """Give free threads the tickets known to be pending (held, or seen by a poll)."""
         while True:

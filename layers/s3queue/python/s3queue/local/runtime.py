@@ -205,6 +205,9 @@ class _Runtime:
         busy = [s["pending"] + s["delayed"] + s["in_flight"] + s["tickets"] for s in stats.values()]
         return self.pool.idle() and self.behind.idle() and not any(busy)
 
+    def tickets_listed(self) -> bool:
+        return self.pulling.tickets_listed()
+
     def snapshot(self, stats: dict[str, admin.Stats]) -> dict[str, dict[str, int]]:
         out: dict[str, dict[str, int]] = {}
         for name, s in stats.items():

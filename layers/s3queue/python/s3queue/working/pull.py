@@ -65,6 +65,8 @@ class Puller:
         self._turns = False
         self.others = 0
         """Tickets the last poll listed that this process does not work: the queue is busy."""
+        self.listed_ms = 0
+        """When the last poll listed (ms, by `clock`)."""
 
     def learn(self, payload: Invocation) -> None:
         """A pending ticket's payload as its publisher has it (this process's coordinator, which
@@ -102,7 +104,7 @@ class Puller:
             return []
         page = self.storage.list(self.keys.tickets)
         listed = {entry.key: entry.etag for entry in page.entries if entry.key not in busy}
-        self.others = len(listed)
+        self.others, self.listed_ms = len(listed), self.clock.now_ms()
         self._seen = {k: v for k, v in self._seen.items() if listed.get(k) == v}
         self._pending = {
             k: found for k, found in self._pending.items() if listed.get(k) == found[1]["etag"]
