@@ -6,7 +6,6 @@ import threading
 import time
 
 import pytest
-
 from s3queue.local import monitor
 from s3queue.local.pool import WorkerPool
 from s3queue.local.pulling import PullLoop
