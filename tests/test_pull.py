@@ -185,3 +185,54 @@ def test_a_poll_counts_the_tickets_others_work_and_the_loop_waits_less_for_them(
     assert next_delay(PULL_SEEN, found=False, busy_elsewhere=False) == 2 * PULL_SEEN
     assert next_delay(PULL_IDLE, found=False, busy_elsewhere=False) == PULL_IDLE
     assert next_delay(PULL_IDLE, found=True, busy_elsewhere=False) == PULL_BUSY
+
+
+def test_a_pending_ticket_that_changed_was_claimed_and_costs_no_get() -> None:
+    # GIVEN a ticket a puller knows pending (it offered it; its thread was not free after all)
+    h = Harness(settings=QueueSettings(batch_size=1))
+    h.queue.enqueue("x")
+    h.tick()
+    [payload] = h.invocations
+    counted = CountingStorage(h.storage)
+    puller = Puller(counted, h.queue.keys)  # type: ignore[arg-type]
+    assert len(puller.poll(1)) == 1
+    puller.forget(payload)
+    counted.reset()
+    polls: list[dict[str, int]] = []
+
+    def handler(message: object) -> None:
+        polls.append((puller.poll(1), counted.reset())[1])
+
+    # WHEN another worker claims it while the puller polls
+    assert h.new_worker("w2").process(payload, handler).status == "committed"
+    # THEN the claim was inferred (only a claim writes a pending ticket): a LIST, no GET
+    assert polls == [{"LIST": 1}]
+
+
+def test_a_claimed_ticket_is_read_again_only_once_its_lease_may_have_run_out() -> None:
+    h = Harness(settings=QueueSettings(batch_size=1, visibility_timeout=30))
+    h.queue.enqueue("x")
+    h.tick()
+    [payload] = h.invocations
+    counted = CountingStorage(h.storage)
+    puller = Puller(counted, h.queue.keys, h.clock)  # type: ignore[arg-type]
+    polls: list[dict[str, int]] = []
+
+    def poll() -> None:
+        polls.append((puller.poll(1), counted.reset())[1])
+
+    # GIVEN a ticket the puller read claimed by another worker (a 30 s lease), which then
+    # commits, its apply held back (so the ticket stays, changed)
+    claimer = h.new_worker("w2")
+    kept: list[object] = []
+    claimer.behind = type("Keep", (), {"submit": lambda _, key, job: kept.append(job)})()
+    assert claimer.process(payload, lambda message: poll()).status == "committed"
+    # WHEN the puller polls within the lease, and after it
+    poll()
+    h.clock.advance(31)
+    poll()
+    poll()
+    # THEN it read it claimed, not again within the lease; after it once more (committed:
+    # never claimable again, so never read again)
+    assert polls == [{"LIST": 1, "GET": 1}, {"LIST": 1}, {"LIST": 1, "GET": 1}, {"LIST": 1}]
+    assert len(kept) == 1
