@@ -8,7 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from harness import Harness, Recorder
+from harness import CountingStorage, Harness, Recorder
 from s3queue.local.runtime import run_local
 from s3queue.producing.producer import Queue
 from s3queue.protocol.tickets import Ticket
@@ -148,3 +148,27 @@ def test_one_worker_thread_claims_its_next_ticket_while_the_last_is_applied() ->
     # THEN the claim came while the apply waited (inline, it would have waited 10 s for nothing)
     assert storage.overlapped
     assert summary.drained and sorted(b["n"] for b in seen) == list(range(30))
+
+
+def test_a_claim_lost_to_a_fresh_commit_leaves_the_apply_to_its_committer() -> None:
+    # GIVEN a ticket pulled pending by two workers; the first commits it, its apply behind
+    h = Harness()
+    for n in range(3):
+        h.queue.enqueue({"n": n})
+    h.tick()
+    [payload] = h.invocations
+    deferred = Deferred()
+    h.worker.behind = deferred
+    assert h.worker.process(payload, Recorder()).status == "committed"
+    # WHEN the second claims it with its pending copy
+    counted = CountingStorage(h.storage)
+    late = h.new_worker("w2")
+    late.storage = counted  # type: ignore[assignment]
+    result = late.process(payload, Recorder())
+    # THEN it lost the race and left the ticket to its committer: it read the lease, its first
+    # object, the ticket after the failed claim, and nothing more (no object read again)
+    assert result.status == "busy"
+    assert counted.reset() == {"GET": 3, "PUT": 1}
+    assert h.keys("tickets/") and not [e for e in h.kinds("applied") if e.fields.get("helper")]
+    deferred.jobs[0][1]()
+    assert h.keys("tickets/") == [] and h.keys("msg/") == []

@@ -255,7 +255,13 @@ class Worker:
         remaining_ms: Callable[[], int] | None,
         preloaded: dict[str, Loaded | None],
     ) -> Claim | WorkResult:
-        for _ in range(2):  # a second try when the ticket was reaped into a new generation
+        for attempt in range(2):  # a second try when the ticket was reaped into a new generation
+            if ticket.state == "committed" and attempt > 0:
+                # Committed since our copy was pending: its committer applies it (behind its
+                # thread, likely right now). Helping would read each of its objects again for
+                # nothing; if the committer dies, the coordinator dispatches it again, committed.
+                self.emit("lost_race", self.clock.now_ms(), ticket=key, op="claim")
+                return WorkResult(key, "busy")
             if ticket.state == "committed":
                 loader = Reader(self, {})
                 if not self._apply(key, ticket, etag, loader, remaining_ms, helper=True):
