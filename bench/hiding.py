@@ -13,12 +13,15 @@ runtime keeps once S3 is as far away as on AWS. Requests are counted at the prox
 - **Processes**: under AWS-like delays, one ``s3queue dev --drain`` alone, then one with two
   ``s3queue worker --drain`` beside it (`hiding_threads` threads each), drain
   `hiding_pool_messages` single enqueues with a handler that does nothing: messages per
-  second from the start of the processes to the last one's exit (imports included), requests
-  per message (the drain checks of ``--drain`` included), and the children's CPU.
+  second from the start of the processes to the last one's exit (imports included), and the
+  steady rate, from the first handler start in any process to the last finish in any
+  (`bench.hidingchild` notes them), requests per message (the drain checks of ``--drain``
+  included), and the children's CPU (the proxy's not included).
 """
 
 from __future__ import annotations
 
+import json
 import resource
 import statistics
 import subprocess
@@ -169,6 +172,14 @@ def _processes(target: Target, plan: Plan, step: Callable[[str], None]) -> dict[
         "runs": runs,
         "ratio_three_to_one": _spread(ratios),
         "ratios": [round(r, 3) for r in ratios],
+        "steady_ratio_three_to_one": _spread(
+            [
+                three["steady_messages_per_s"] / one["steady_messages_per_s"]
+                for one, three in zip(runs[::2], runs[1::2], strict=True)
+                if one["steady_messages_per_s"] and three["steady_messages_per_s"]
+            ]
+            or [0.0]
+        ),
         "requests_per_message": {
             str(n): _spread([r["per_message"]["total"] for r in runs if r["processes"] == n])
             for n in (1, 3)
@@ -182,28 +193,32 @@ def _pool_drain(target: Target, plan: Plan, handlers: Path, processes: int) -> d
     messages = plan.hiding_pool_messages
     enqueue_all(producer, messages)
     threads = plan.hiding_threads
-    with DelayProxy(target.endpoint_url, AWS_LIKE) as proxy:
+    with DelayProxy(target.endpoint_url, AWS_LIKE) as proxy, tempfile.TemporaryDirectory() as tmp:
+        outs = [Path(tmp) / f"{n}.json" for n in range(processes)]
         proxy.counts(reset=True)
         children = resource.getrusage(resource.RUSAGE_CHILDREN)
         started = time.monotonic()
-        procs = [_spawn(target, proxy.url, space, handlers, threads, "dev")]
-        procs += [
-            _spawn(target, proxy.url, space, handlers, threads, "worker")
-            for _ in range(processes - 1)
+        procs = [
+            _spawn(target, proxy.url, space, handlers, threads, out, "dev" if n == 0 else "worker")
+            for n, out in enumerate(outs)
         ]
         codes = [p.wait() for p in procs]
         elapsed = time.monotonic() - started
+        # Before the proxy's exit: its CPU is a child's too, and not the runtime's.
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
         counts = proxy.counts()
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        times = [json.loads(out.read_text()) if out.exists() else {} for out in outs]
     cpu = (after.ru_utime - children.ru_utime) + (after.ru_stime - children.ru_stime)
     if any(codes):
         print(f"hiding: exit codes {codes}", file=sys.stderr)
+    steady = _steady(times, messages)
     return {
         "processes": processes,
         "threads_each": threads,
         "messages": messages,
         "seconds": round(elapsed, 2),
         "messages_per_s": round(messages / elapsed, 1),
+        **steady,
         "requests": counts,
         "per_message": per_message(counts, messages),
         "cpu_ms_per_message": round(cpu * 1000 / messages, 3),
@@ -212,13 +227,39 @@ def _pool_drain(target: Target, plan: Plan, handlers: Path, processes: int) -> d
     }
 
 
+def _steady(times: list[dict[str, Any]], messages: int) -> dict[str, Any]:
+    """The steady rate (first handler start in any process to the last finish in any), and when
+    each process handled its first message, from its start (`bench.hidingchild`)."""
+    starts = [t["first_start_ms"] for t in times if t.get("first_start_ms")]
+    finishes = [t["last_finish_ms"] for t in times if t.get("last_finish_ms")]
+    if not starts or not finishes:
+        return {"steady_seconds": None, "steady_messages_per_s": None, "first_handler_s": []}
+    span = max((max(finishes) - min(starts)) / 1000, 1e-3)
+    return {
+        "steady_seconds": round(span, 2),
+        "steady_messages_per_s": round(messages / span, 1),
+        "first_handler_s": [
+            round((t["first_start_ms"] - t["process_start_ms"]) / 1000, 2)
+            if t.get("first_start_ms")
+            else None
+            for t in times
+        ],
+        "handled": [t.get("handled", 0) for t in times],
+    }
+
+
 def _spawn(
-    target: Target, url: str, space: Space, handlers: Path, threads: int, role: str
+    target: Target, url: str, space: Space, handlers: Path, threads: int, out: Path, role: str
 ) -> subprocess.Popen[bytes]:
-    """``s3queue <role> --drain`` on `space` through the proxy at `url`."""
-    command = [sys.executable, "-m", "s3queue.local.cli", "--endpoint-url", url]
+    """``s3queue <role> --drain`` on `space` through the proxy at `url`; when its handlers ran,
+    written to `out` (`bench.hidingchild`)."""
+    command = [sys.executable, "-m", "bench.hidingchild", str(out), "--endpoint-url", url]
     command += ["--bucket", space.bucket, "--prefix", space.prefix, role, "--drain"]
     command += ["--handlers", str(handlers), "--workers", str(threads)]
     return subprocess.Popen(
-        command, env=_env(target), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        command,
+        env=_env(target),
+        cwd=Path(__file__).resolve().parents[1],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
     )

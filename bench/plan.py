@@ -54,7 +54,9 @@ class Plan:
     hiding_workers: int = 16
     hiding_rounds: int = 3
     """Pairs (no delay, AWS-like) per figure, run side by side: the spread of the ratios."""
-    hiding_pool_messages: int = 1_000
+    hiding_pool_messages: int = 2_000
+    """Single enqueues per process drain: enough that the drain outlasts the processes' start
+    (2-5 s each on this 2-core machine under load), so its rate is not mostly start-up."""
     hiding_threads: int = 4
     # fairness (a small partition beside a big one's backlog)
     fairness_backlog: int = 5_000
@@ -142,7 +144,7 @@ QUICK = replace(
     hiding_messages=600,
     hiding_packed=3_000,
     hiding_rounds=2,
-    hiding_pool_messages=400,
+    hiding_pool_messages=800,
     payload_bytes=64 * 1024 * 1024,
     aws_sim_queues=(1,),
     aws_sim_seconds=10.0,

@@ -151,3 +151,88 @@ def test_a_learnt_ticket_claimed_elsewhere_is_dropped_by_the_next_list() -> None
     h.clock.advance(TRUST_MS / 1000)
     # THEN the LIST drops it: nothing is offered
     assert puller.poll(1) == [] and not puller.stale()
+
+
+def test_a_poll_counts_the_tickets_others_work_and_the_loop_waits_less_for_them() -> None:
+    from s3queue.local.pulling import PULL_BUSY, PULL_IDLE, PULL_SEEN, next_delay
+
+    # GIVEN a ticket claimed by another process, and one this process works
+    h = Harness(settings=QueueSettings(batch_size=1))
+    h.queue.enqueue("x")
+    h.queue.enqueue("y")
+    h.tick()
+    mine, theirs = h.invocations
+    puller = Puller(h.storage, h.queue.keys)
+    seen: list[int] = []
+
+    def handler(message: object) -> None:
+        puller.poll(5, busy={mine["ticket"]})
+        seen.append(puller.others)
+
+    outer = h.new_worker("w2").process(theirs, lambda m: h.worker.process(mine, handler))
+    assert outer.status == "committed"
+    # THEN the poll made while both were claimed counted the other's only
+    assert seen == [1]
+    puller.poll(5)
+    assert puller.others == 0  # both applied: nothing listed
+    # AND a loop backs off to PULL_SEEN, not PULL_IDLE, while others work the queue's tickets
+    delays, delay = [], PULL_BUSY
+    for _ in range(6):
+        delay = next_delay(delay, found=False, busy_elsewhere=True)
+        delays.append(delay)
+    assert max(delays) == PULL_SEEN < PULL_IDLE
+    assert next_delay(PULL_IDLE, found=False, busy_elsewhere=True) == PULL_SEEN
+    assert next_delay(PULL_SEEN, found=False, busy_elsewhere=False) == 2 * PULL_SEEN
+    assert next_delay(PULL_IDLE, found=False, busy_elsewhere=False) == PULL_IDLE
+    assert next_delay(PULL_IDLE, found=True, busy_elsewhere=False) == PULL_BUSY
+
+
+def test_a_pending_ticket_that_changed_was_claimed_and_costs_no_get() -> None:
+    # GIVEN a ticket a puller knows pending (it offered it; its thread was not free after all)
+    h = Harness(settings=QueueSettings(batch_size=1))
+    h.queue.enqueue("x")
+    h.tick()
+    [payload] = h.invocations
+    counted = CountingStorage(h.storage)
+    puller = Puller(counted, h.queue.keys)  # type: ignore[arg-type]
+    assert len(puller.poll(1)) == 1
+    puller.forget(payload)
+    counted.reset()
+    polls: list[dict[str, int]] = []
+
+    def handler(message: object) -> None:
+        polls.append((puller.poll(1), counted.reset())[1])
+
+    # WHEN another worker claims it while the puller polls
+    assert h.new_worker("w2").process(payload, handler).status == "committed"
+    # THEN the claim was inferred (only a claim writes a pending ticket): a LIST, no GET
+    assert polls == [{"LIST": 1}]
+
+
+def test_a_claimed_ticket_is_read_again_only_once_its_lease_may_have_run_out() -> None:
+    h = Harness(settings=QueueSettings(batch_size=1, visibility_timeout=30))
+    h.queue.enqueue("x")
+    h.tick()
+    [payload] = h.invocations
+    counted = CountingStorage(h.storage)
+    puller = Puller(counted, h.queue.keys, h.clock)  # type: ignore[arg-type]
+    polls: list[dict[str, int]] = []
+
+    def poll() -> None:
+        polls.append((puller.poll(1), counted.reset())[1])
+
+    # GIVEN a ticket the puller read claimed by another worker (a 30 s lease), which then
+    # commits, its apply held back (so the ticket stays, changed)
+    claimer = h.new_worker("w2")
+    kept: list[object] = []
+    claimer.behind = type("Keep", (), {"submit": lambda _, key, job: kept.append(job)})()
+    assert claimer.process(payload, lambda message: poll()).status == "committed"
+    # WHEN the puller polls within the lease, and after it
+    poll()
+    h.clock.advance(31)
+    poll()
+    poll()
+    # THEN it read it claimed, not again within the lease; after it once more (committed:
+    # never claimable again, so never read again)
+    assert polls == [{"LIST": 1, "GET": 1}, {"LIST": 1}, {"LIST": 1, "GET": 1}, {"LIST": 1}]
+    assert len(kept) == 1

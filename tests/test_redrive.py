@@ -120,8 +120,11 @@ def test_an_apply_that_wakes_up_after_a_redrive_does_not_end_the_redriven_messag
     [payload] = h.invocations
 
     def meanwhile() -> None:
-        # a helper applies the committed ticket (dead letter, marker done, source retired)
-        h.new_worker("helper").process(payload, poisoned)
+        # a helper applies the committed ticket (dead letter, marker done, source retired),
+        # invoked with it as it is now (a worker holding its pending copy would lose the claim
+        # and leave the apply to the committer)
+        again = {"queue": payload["queue"], "ticket": payload["ticket"]}
+        assert h.new_worker("helper").process(again, poisoned).status == "applied"
         assert len(h.queue.dead_letters()) == 1
         # and the operator redrives it: the marker names the redriven message now
         assert h.queue.redrive() == 1

@@ -34,6 +34,7 @@ from s3queue.working.pull import Puller
 from s3queue.working.worker import Worker
 
 from chaos import workload
+from chaos.behind import ChaosBehind
 from chaos.history import History
 from chaos.process import Answering, Crash, Drift, Hazards, ProcessStorage, SkewedClock
 
@@ -135,6 +136,8 @@ class World:
     schedules: Callable[[str, Clock], Schedules] | None = None
     """Makes a coordinator process's `Schedules` (a scheduled queue: slots.py)."""
     shards: tuple[int, ...] = (1,)
+    seed: int = 0
+    """The run's seed: the apply-behind model draws from a generator of its own (behind.py)."""
     """The producer's ``shards``, one per process life in turn: a crash changes the layout."""
 
     def process(self, actor: Actor, role: Role, owner: str) -> tuple[ProcessStorage, SkewedClock]:
@@ -233,6 +236,7 @@ def _serve_invocations(
 ) -> None:
     storage, clock = world.process(actor, role, owner)
     puller = Puller(storage, QueueKeys(PREFIX, QUEUE), clock)
+    behind = ChaosBehind.maybe(storage, world.seed, owner, world.history)
     worker = Worker(
         storage,
         QUEUE,
@@ -244,9 +248,12 @@ def _serve_invocations(
         listener=world.history.listener(owner),
         heartbeat_thread=world.heartbeat_thread,
         read_ahead=_shuffled(actor),  # reads of a ticket's objects, as threads may order them
+        behind=behind,
     )
     timeout_ms = world.settings.timeout * 1000
     while True:
+        if behind is not None:
+            behind.idle()  # before the process waits for work, the kept apply may run
         if pull:
             try:
                 found = puller.poll(1)

@@ -106,6 +106,7 @@ def _spawn(
         heartbeat_thread=config.heartbeat_thread,
         schedules=slots.schedules_for(history) if config.schedule else None,
         shards=config.shards,
+        seed=config.seed,
     )
     expected = workload.Expected()
     specs = workload.plan(config.messages, config.mix, config.settings, config.seed)

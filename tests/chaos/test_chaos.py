@@ -252,6 +252,25 @@ def test_the_seams_family_takes_its_steps() -> None:
     assert any(p and p[0]["count"] for p in purges), "no purge took anything mid-run"
 
 
+def test_workers_apply_behind_while_they_claim_their_next_ticket() -> None:
+    """Guards the apply-behind model (chaos/behind.py): applies ran between a worker
+    process's later calls (its next ticket's claim among them), not only inline."""
+    result = family_run("everything", 1)
+    behind = result.history.of("apply_behind")
+    assert {e["at"] for e in behind} >= {"call", "submit"}, Counter(e["at"] for e in behind)
+    commits = {(e.actor, e["ticket"]): e.seq for e in result.history.of("commit")}
+    claims = result.history.of("claim")
+    overlapped = [
+        e
+        for e in behind
+        if any(
+            commits.get((e.actor, e["ticket"]), e.seq) < c.seq < e.seq and c.actor == e.actor
+            for c in claims
+        )
+    ]
+    assert overlapped, "no apply ran after its worker claimed its next ticket"
+
+
 def test_the_sharded_family_changes_its_layout_while_it_runs() -> None:
     """Guards the sharded family: enqueues went to shard folders and to the folder of before
     (a producer crashed and came back with another ``shards``), and shard messages ran."""

@@ -118,6 +118,9 @@ def _run(
         prefix=args.prefix,
         overrides=values,
         progress=line.update,
+        # Each report counts the queue (a LIST per folder, a GET per changed ticket): off a
+        # terminal, no more often than the line may print.
+        progress_interval=1.0 if line.tty else line.interval,
         stop=stop,
         coordination=_coordination(args) if coordinate else LOCAL_COORDINATION,
         coordinate=coordinate,

@@ -19,6 +19,8 @@ log = logging.getLogger(__name__)
 Progress = Callable[[dict[str, dict[str, int]]], None]
 """Receives ``{queue: {pending, delayed, in_flight, processed, retried, dead_lettered, dlq}}``."""
 Stats = dict[str, admin.Stats]
+FULL_CHECK = 2.0
+"""Seconds a drain check may trust the pull loop's listing instead of counting the queue."""
 RETRY_INTERVAL = 2.0
 MAX_RETRY_INTERVAL = 30.0
 
@@ -35,6 +37,10 @@ class Watched(Protocol):
 
     def drained(self, stats: Stats) -> bool: ...
 
+    def tickets_listed(self) -> bool:
+        """Whether the pull loop's last LIST, made within the last second, showed tickets."""
+        ...
+
 
 def watch(
     runtime: Watched,
@@ -44,9 +50,15 @@ def watch(
     timeout: float | None,
     started: float,
 ) -> bool:
-    """Report progress, replace dead worker threads, and watch for the end; True once drained."""
+    """Report progress, replace dead worker threads, and watch for the end; True once drained.
+
+    A drain check counts the whole queue (`admin.stats`: a LIST of every folder and a GET of
+    every ticket changed since the last check). While the pull loop's own fresh LIST shows
+    tickets the queue is not drained, so the check waits for that to change, counting the
+    queue at least every `FULL_CHECK` seconds all the same (a malformed ticket counts for
+    nothing): an idle worker process beside a busy queue adds no requests of its own."""
     poll = min(interval, 0.25)
-    reported = 0.0
+    reported = checked = 0.0
     while not runtime.stop.wait(poll):
         runtime.pool.revive()
         now = time.monotonic()
@@ -55,6 +67,9 @@ def watch(
         report = progress is not None and now - reported >= interval
         if not (report or (drain and runtime.pool.idle())):
             continue
+        if not report and now - checked < FULL_CHECK and runtime.tickets_listed():
+            continue
+        checked = now
         try:
             stats = runtime.stats()
         except FATAL:

@@ -6,7 +6,9 @@ It polls only while a thread is free, at once when one frees up after a poll tha
 and backs off to `PULL_IDLE` seconds while it finds nothing (a thread freed meanwhile waits for
 the next poll due, not sooner: the leader's coordinator offers its own threads new tickets
 directly): an idle runtime costs one LIST per queue per `PULL_IDLE` (12 a minute per queue with
-the default 5 s).
+the default 5 s). A poll that took nothing but listed tickets others work backs off only to
+`PULL_SEEN`: the queue is busy, its next tickets come soon, and a process with free threads
+that waited 5 s for them would add nothing to a fleet (issue 22, item 4).
 
 What the runtime knows is not asked of S3: a ticket its coordinator published while no thread
 was free is `hold`-en here and handed to the next free thread without a LIST or a GET
@@ -18,7 +20,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from queue import Empty, SimpleQueue
 
 from s3queue.errors import StorageError
@@ -32,9 +34,20 @@ log = logging.getLogger(__name__)
 
 PULL_BUSY = 0.2
 """Seconds between polls while they find work (sooner when a thread frees up)."""
+PULL_SEEN = 0.8
+"""The longest wait between polls that find tickets, none of them free to take."""
 PULL_IDLE = 5.0
 """The longest wait between polls that find nothing (the idle cost, and how long an idle
 standby takes to join in when work appears)."""
+
+
+def next_delay(delay: float, found: bool, busy_elsewhere: bool, idle: float = PULL_IDLE) -> float:
+    """The wait before the next poll after one that waited `delay`: `PULL_BUSY` after work was
+    found, else twice as long, up to `PULL_SEEN` while others work the queue's tickets, up to
+    `idle` while it has none."""
+    if found:
+        return PULL_BUSY
+    return min(max(delay, PULL_BUSY) * 2, PULL_SEEN if busy_elsewhere else idle)
 
 
 class PullLoop:
@@ -49,11 +62,14 @@ class PullLoop:
         stop: threading.Event,
         *,
         idle: float = PULL_IDLE,
+        applying: Callable[[], frozenset[str]] = frozenset,
     ) -> None:
         self.pullers: Mapping[str, Puller] = {
             name: Puller(storage, QueueKeys(prefix, name)) for name in queues
         }
         self.pool, self.stop, self.idle = pool, stop, idle
+        self.applying = applying
+        """The tickets this process applies behind its threads (behind.py): its own writes."""
         self._turn = 0
         self._held: SimpleQueue[Invocation] = SimpleQueue()
 
@@ -72,11 +88,22 @@ class PullLoop:
             stale = any(puller.stale() for puller in self.pullers.values())
             if (now >= due or stale) and self.pool.free():
                 found = self.poll_once()
-                delay = PULL_BUSY if found else min(max(delay, PULL_BUSY) * 2, self.idle)
+                delay = next_delay(delay, found > 0, self.busy_elsewhere(), self.idle)
                 # After work found, a freed thread polls at once; after none, at the deadline.
                 due, deadline = (now if found else now + delay), now + delay
             wait = max(deadline - now, 0.0) if self.pool.free() else self.idle
             self.pool.freed.wait(wait)
+
+    def busy_elsewhere(self) -> bool:
+        """Whether the last poll listed tickets other processes work (`Puller.others`)."""
+        return any(puller.others for puller in self.pullers.values())
+
+    def tickets_listed(self, within_ms: int = 1000) -> bool:
+        """Whether a poll made within `within_ms` listed tickets this process does not work."""
+        return any(
+            puller.others and puller.clock.now_ms() - puller.listed_ms < within_ms
+            for puller in self.pullers.values()
+        )
 
     def hand_out(self) -> int:
         """Give free threads the tickets known to be pending (held, or seen by a poll)."""
@@ -115,7 +142,7 @@ class PullLoop:
             if free <= 0 or self.stop.is_set():
                 break
             try:
-                payloads = self.pullers[name].poll(free, self.pool.working())
+                payloads = self.pullers[name].poll(free, self.pool.working() | self.applying())
             except StorageError as exc:  # S3 trouble: the next poll tries again
                 log.warning("queue %s: pulling tickets failed: %s", name, exc)
                 continue

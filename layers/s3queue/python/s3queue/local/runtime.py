@@ -37,6 +37,7 @@ from s3queue.protocol.deadletters import DeadLetter
 from s3queue.protocol.keys import QueueKeys
 from s3queue.protocol.tickets import Invocation
 from s3queue.storage.base import Storage
+from s3queue.working.behind import ApplyBehind
 from s3queue.working.readahead import READ_AHEAD
 from s3queue.working.worker import Worker
 
@@ -116,7 +117,11 @@ class _Runtime:
         self.stop = stop
         self.clock = _StoppableClock(stop)
         self.pool = WorkerPool(self._process, workers)
-        self.pulling = PullLoop(storage, prefix, list(handlers), self.pool, stop)
+        self.behind = ApplyBehind(workers)
+        """Each thread's last committed ticket is applied while it takes the next (behind.py)."""
+        self.pulling = PullLoop(
+            storage, prefix, list(handlers), self.pool, stop, applying=self.behind.working
+        )
         self.tally = Tally(list(handlers))
         self.listener = listener
         self.failure: BaseException | None = None
@@ -147,6 +152,7 @@ class _Runtime:
                 coordination=coordination,
                 listener=self._on_event,
                 heartbeat_thread=True,
+                behind=self.behind,
             )
             for name, spec in handlers.items()
         }
@@ -197,7 +203,10 @@ class _Runtime:
 
     def drained(self, stats: dict[str, admin.Stats]) -> bool:
         busy = [s["pending"] + s["delayed"] + s["in_flight"] + s["tickets"] for s in stats.values()]
-        return self.pool.idle() and not any(busy)
+        return self.pool.idle() and self.behind.idle() and not any(busy)
+
+    def tickets_listed(self) -> bool:
+        return self.pulling.tickets_listed()
 
     def snapshot(self, stats: dict[str, admin.Stats]) -> dict[str, dict[str, int]]:
         out: dict[str, dict[str, int]] = {}
@@ -224,6 +233,7 @@ class _Runtime:
         self.pool.freed.set()  # wake the pull loop: it sees the stop
         self.puller.join()
         self.pool.stop()
+        self.behind.join()  # no process ends with an apply half done (behind.py)
         self.server.join()
 
 
@@ -310,9 +320,9 @@ def _summary(
 def connections(queues: int, workers: int, coordination: CoordinatorSettings) -> int:
     """The S3 requests a runtime may have in flight at once: each queue's worker reads
     `READ_AHEAD` objects ahead and its coordinator publishes `publish_concurrency` tickets at
-    once, besides one request per worker thread."""
+    once, besides one request per worker thread and one per apply behind it (behind.py)."""
     per_queue = READ_AHEAD + max(coordination.publish_concurrency, 1)
-    return max(queues, 1) * per_queue + workers
+    return max(queues, 1) * per_queue + 2 * workers
 
 
 def _s3_storage(bucket: str | None, s3: Any, needed: int) -> Storage:

@@ -12,10 +12,14 @@ ticket, however fairly the coordinator shared them out. So a poll takes the pend
 partition at a time in turn (a ticket holds one partition's messages), starting after the
 partition it took from last, and oldest first within each partition.
 
-Cost: one LIST of ``tickets/`` per poll, and one GET per ticket that is new or changed since the
-last poll. A ticket's ETag changes only when it is written (claim, heartbeat, commit), so a
-known ticket, pending or claimed, costs nothing between polls. The caller paces the polls (and
-backs off when they find nothing).
+Cost: one LIST of ``tickets/`` per poll, and one GET per ticket that is new, or changed since
+the last poll when a change could make it claimable. A ticket's ETag changes only when it is
+written (claim, heartbeat, commit, reap), so a known ticket costs nothing between polls; a
+pending one that changed was claimed (only a claim writes a pending ticket): no GET; a claimed
+one read is not read again before its lease may have run out (only a reap makes it pending
+again), a committed one never. So a ticket other processes work costs each puller one GET,
+where it cost one per write. The caller paces the polls (and backs off when they find
+nothing).
 
 What the puller's own process knows costs nothing. A ticket this process is working (`poll`'s
 `busy`) is neither read nor offered, however often its ETag changes (claim, heartbeats,
@@ -55,14 +59,19 @@ class Puller:
         self.clock = clock or SystemClock()
         self._offered: dict[str, tuple[str, int]] = {}
         """Ticket key -> (ETag, when) it was last offered."""
-        self._seen: dict[str, str] = {}
-        """Ticket key -> the ETag it had when it was not claimable (claimed, committed, bad)."""
+        self._seen: dict[str, tuple[str, float]] = {}
+        """Ticket key -> the ETag it had when it was not claimable (claimed, committed, bad),
+        and until when (ms) a change of it cannot make it claimable (`_quiet`)."""
         self._pending: dict[str, tuple[str | None, Invocation]] = {}
         """Ticket key -> (its partition, its payload) while its ETag is the payload's."""
         self._known: dict[str, int] = {}
         """Pending ticket key -> when it was last known pending (learnt, or listed unchanged)."""
         self._served: str | None = None
         self._turns = False
+        self.others = 0
+        """Tickets the last poll listed that this process does not work: the queue is busy."""
+        self.listed_ms = 0
+        """When the last poll listed (ms, by `clock`)."""
 
     def learn(self, payload: Invocation) -> None:
         """A pending ticket's payload as its publisher has it (this process's coordinator, which
@@ -100,18 +109,28 @@ class Puller:
             return []
         page = self.storage.list(self.keys.tickets)
         listed = {entry.key: entry.etag for entry in page.entries if entry.key not in busy}
-        self._seen = {k: v for k, v in self._seen.items() if listed.get(k) == v}
+        self.others, self.listed_ms = len(listed), self.clock.now_ms()
+        now = self.clock.now_ms()
+        self._seen = {
+            k: (etag, until)
+            for k, (etag, until) in self._seen.items()
+            if k in listed and (listed[k] == etag or now < until)
+        }
+        for key, (_, payload) in self._pending.items():
+            if key in listed and listed[key] != payload["etag"]:
+                # A pending ticket written since: claimed (nothing else writes one), so no
+                # GET; a later change of it (a commit, or a reap back to pending) is read.
+                self._seen[key] = (listed[key], 0)
         self._pending = {
             k: found for k, found in self._pending.items() if listed.get(k) == found[1]["etag"]
         }
-        now = self.clock.now_ms()
         self._offered = {
             k: (etag, at)
             for k, (etag, at) in self._offered.items()
             if listed.get(k) == etag and now - at < RETRY_MS
         }
-        for key, etag in listed.items():
-            if key in self._pending or self._seen.get(key) == etag:
+        for key in listed:
+            if key in self._pending or key in self._seen:
                 continue
             if self.keys.parse_ticket(key) is not None:
                 self._read(key)
@@ -159,7 +178,17 @@ class Puller:
         except MalformedMessage:
             ticket = None  # the coordinator reports it; nothing to claim
         if ticket is None or ticket.state != "pending":
-            self._seen[key] = obj.etag
+            self._seen[key] = (obj.etag, _quiet(ticket))
             return
         partition = ticket.tenant(self.keys)
         self._pending[key] = (partition, ticket.invocation(key, obj.etag))
+
+
+def _quiet(ticket: Ticket | None) -> float:
+    """Until when (ms) no write of a ticket read unclaimable can make it claimable: a committed
+    or malformed one never is again (it is applied, then deleted); a claimed one only once its
+    lease ran out and the coordinator reaped it (by the claimer's clock, as written: a puller
+    that looks again a little late only claims a reaped ticket late, never wrongly)."""
+    if ticket is None or ticket.state == "committed":
+        return float("inf")
+    return ticket.lease_until_ms

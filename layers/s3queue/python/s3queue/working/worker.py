@@ -3,7 +3,8 @@
     claim     GET lease (fencing check), PUT ticket If-Match   -> state claimed, lease_until
     run       GET each message object; handler per message; heartbeats record finished outcomes
     commit    PUT ticket If-Match with every outcome            -> the commit point
-    apply     copies, deletes, DELETE ticket (apply.py)
+    apply     copies, deletes, DELETE ticket (apply.py): inline, or behind the thread while
+              it takes its next ticket (behind.py)
 
 Every write to the ticket is a CAS on the ETag of the previous one, so once the coordinator
 reaps an expired claim (a new generation), the old holder's next heartbeat or commit fails
@@ -34,6 +35,7 @@ from s3queue.protocol.lease import read_lease
 from s3queue.protocol.tickets import Invocation, Outcome, OutcomeKind, Ref, Ticket
 from s3queue.storage.base import Storage
 from s3queue.working.apply import apply_ticket
+from s3queue.working.behind import Behind
 from s3queue.working.claim import Beating, Claim
 from s3queue.working.guard import Guard
 from s3queue.working.handle import Handler, Runner
@@ -83,6 +85,7 @@ class Worker:
         time_margin: float = 5.0,
         heartbeat_thread: bool = False,
         read_ahead: RunAll | None = None,
+        behind: Behind | None = None,
     ) -> None:
         self.storage = storage
         self.keys = QueueKeys(prefix, check_queue_name(queue))
@@ -99,6 +102,9 @@ class Worker:
         self.read_ahead: RunAll = read_ahead or Threads(READ_AHEAD, "s3queue-read")
         """How the next `READ_WINDOW` objects of a ticket are read, `READ_AHEAD` at a time
         (concurrency.py, readahead.py)."""
+        self.behind = behind
+        """Where a committed ticket's apply runs while the thread takes its next ticket
+        (behind.py); None: `process` applies before it returns (a Lambda invocation)."""
         self.runner = Runner(
             storage, self.keys, self.settings, clock=self.clock, rng=self.rng, emit=self.emit
         )
@@ -198,7 +204,13 @@ class Worker:
             ticket=key,
             outcomes=[(o.id, o.kind) for o in claim.ticket.outcomes],
         )
-        self._apply(key, claim.ticket, claim.etag, Reader(self, claim.loaded), remaining_ms)
+        apply = partial(
+            self._apply, key, claim.ticket, claim.etag, Reader(self, claim.loaded), remaining_ms
+        )
+        if self.behind is not None:
+            self.behind.submit(key, apply)
+        else:
+            apply()
         guard.reraise()  # a Ctrl-C in the main thread, now that nothing waits on a lease
         return WorkResult(key, "committed", list(claim.ticket.outcomes))
 
@@ -243,7 +255,13 @@ class Worker:
         remaining_ms: Callable[[], int] | None,
         preloaded: dict[str, Loaded | None],
     ) -> Claim | WorkResult:
-        for _ in range(2):  # a second try when the ticket was reaped into a new generation
+        for attempt in range(2):  # a second try when the ticket was reaped into a new generation
+            if ticket.state == "committed" and attempt > 0:
+                # Committed since our copy was pending: its committer applies it (behind its
+                # thread, likely right now). Helping would read each of its objects again for
+                # nothing; if the committer dies, the coordinator dispatches it again, committed.
+                self.emit("lost_race", self.clock.now_ms(), ticket=key, op="claim")
+                return WorkResult(key, "busy")
             if ticket.state == "committed":
                 loader = Reader(self, {})
                 if not self._apply(key, ticket, etag, loader, remaining_ms, helper=True):
