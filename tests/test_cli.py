@@ -313,6 +313,8 @@ def test_demo_runs_end_to_end(tmp_path: Path) -> None:
     assert "drained after" in out and "DLQ generate_report/" in out
     assert "ValueError: nothing to aggregate" in out and "4 attempts" in out
     assert len(list((tmp_path / ".s3queue-dev" / "outbox").glob("*.eml"))) == 4
+    # the command line's own client has room for every request its runtime makes at once
+    assert "connections, but this runtime makes up to" not in done.stdout + done.stderr
 
 
 @pytest.mark.s3

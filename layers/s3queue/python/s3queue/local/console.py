@@ -19,6 +19,11 @@ if TYPE_CHECKING:
     from s3queue.local.runtime import RunSummary
     from s3queue.local.seaweed import EmbeddedS3
 
+CLI_POOL = 512
+"""Connections the command line's client may keep: the most a runtime it hands the client to
+makes at once (`local.runtime.connections`: 48 a queue, 2 a worker thread), with room to spare.
+A cap, not a cost: connections open on demand."""
+
 
 class UsageError(S3QueueError):
     """Bad input on the command line (exit code 2)."""
@@ -40,7 +45,9 @@ class Connection:
         if not args.bucket:
             raise UsageError("no bucket: pass --bucket NAME or set S3QUEUE_BUCKET")
         # Few SDK retries: an unreachable endpoint should fail in about a second, not minutes.
-        client = make_client(args.endpoint_url, sdk_retries=2, connect_timeout=3)
+        client = make_client(
+            args.endpoint_url, sdk_retries=2, connect_timeout=3, max_pool_connections=CLI_POOL
+        )
         return cls.checked(client, args.bucket, args.prefix)
 
     @classmethod
@@ -67,7 +74,9 @@ class Connection:
             raise EndpointUnreachable(f"the embedded S3 server did not start: {exc}") from exc
         name = args.bucket or bucket
         server.create_bucket(name)
-        return cls.checked(server.make_client(), name, args.prefix, server)
+        return cls.checked(
+            server.make_client(max_pool_connections=CLI_POOL), name, args.prefix, server
+        )
 
     def queue(self, name: str) -> Queue:
         return Queue(name, storage=self.storage, prefix=self.prefix)
