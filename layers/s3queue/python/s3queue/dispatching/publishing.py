@@ -106,6 +106,7 @@ class Publisher:
         )
         token = new_token()
         count = sum(c.count for c in batch)
+        etag: str | None
         try:
             # Never resent: a second request for one key could land after the first was run and
             # deleted, and create it again (lease.py, "Doubts").
@@ -119,15 +120,14 @@ class Publisher:
             landed = self._doubt(key, seq, exc, now)
             if landed is None:
                 return 0
-            self.emit("dispatch", now, ticket=key, refs=[c.key for c in batch], messages=count)
-            if landed.token != token:
-                # It landed and was written since (a puller claimed it before we looked): our
-                # pending copy is stale, and a worker invoked with it and this ETag would claim
-                # it over its holder. It is in flight; the next tick learns it (LIST, one GET).
-                return count
-            etag = landed.etag
-        else:
-            self.emit("dispatch", now, ticket=key, refs=[c.key for c in batch], messages=count)
+            # Ours as created only with our token: else it was written since (a puller claimed
+            # it before we looked), and our pending copy is stale.
+            etag = landed.etag if landed.token == token else None
+        self.emit("dispatch", now, ticket=key, refs=[c.key for c in batch], messages=count)
+        if etag is None:
+            # A worker invoked with the stale copy and this ETag would claim it over its
+            # holder. It is in flight; the next tick learns it (LIST, one GET).
+            return count
         known = Known(ticket, etag, invoked_ms=now)
         memory.known[key] = known
         self.reconciler.invoke(key, known, now, reason="new")
