@@ -154,24 +154,10 @@ class Kernel:
             self.wait(1.0, "publish")  # the threads' join, at 1 ms resolution
         return [results[i] for i in range(len(jobs))]
 
-    def pool(self, size: int) -> Callable[[list[Callable[[], Any]]], list[Any]]:
-        """A `RunAll` as production's `Threads(size)`: at most `size` jobs at once, each lane
-        taking the next job as soon as its last one returned (ThreadPoolExecutor.map)."""
-
-        def run(jobs: list[Callable[[], Any]]) -> list[Any]:
-            if len(jobs) < 2:
-                return [job() for job in jobs]
-            pending = iter(enumerate(jobs))
-            results: dict[int, Any] = {}
-
-            def lane() -> None:
-                for i, job in pending:
-                    results[i] = job()
-
-            self.run_all([lane] * min(size, len(jobs)))
-            return [results[i] for i in range(len(jobs))]
-
-        return run
+    def pool(self, size: int) -> Lanes:
+        """A `RunAll` (and `Submit`) as production's `Threads(size)`: at most `size` jobs at once,
+        each lane taking the next job as soon as its last one returned."""
+        return Lanes(self, size)
 
     def call_at(self, at_ms: float, timer: Timer) -> None:
         """Run `timer` (which must not wait) at `at_ms`, in whichever thread passes the baton."""
@@ -337,3 +323,74 @@ class SimCondition:
 
     def notify_all(self) -> None:
         self.notify(len(self._waiters))
+
+
+class Lanes:
+    """`Kernel.pool`: production's `Threads(size)` in virtual time. `__call__` runs a list and
+    returns once every job has (ThreadPoolExecutor.map); `submit` queues one job, started by
+    the first free lane, whose `result` the caller waits for (Executor.submit)."""
+
+    def __init__(self, kernel: Kernel, size: int) -> None:
+        self.kernel, self.size = kernel, max(size, 1)
+        self._queue: list[_Job] = []
+        self._lanes = 0
+
+    def __call__(self, jobs: list[Callable[[], Any]]) -> list[Any]:
+        if len(jobs) < 2:
+            return [job() for job in jobs]
+        pending = [self.submit(job) for job in jobs]
+        return [p.result() for p in pending]
+
+    def submit(self, job: Callable[[], Any]) -> _Job:
+        item = _Job(self.kernel, job)
+        self._queue.append(item)
+        if self._lanes < self.size:
+            self._lanes += 1
+            me = self.kernel.actor()
+            name = f"{me.name if me else 'main'}/lane{self._lanes}"
+            role = me.role if me else "lane"
+            self.kernel.spawn(self._lane, at_ms=self.kernel.local_ms(), name=name, role=role)
+        return item
+
+    def _lane(self) -> None:
+        try:
+            while self._queue:
+                item = self._queue.pop(0)
+                if not item.cancelled:
+                    item.run()
+        finally:
+            self._lanes -= 1
+
+
+class _Job:
+    """A submitted job in virtual time: its waiter parks until it ran."""
+
+    def __init__(self, kernel: Kernel, job: Callable[[], Any]) -> None:
+        self.kernel, self.job = kernel, job
+        self.done = self.cancelled = False
+        self.value: Any = None
+        self.error: BaseException | None = None
+        self.waiter: Actor | None = None
+
+    def run(self) -> None:
+        try:
+            self.value = self.job()
+        except Exception as exc:  # noqa: BLE001 - raised where its result is wanted
+            self.error = exc
+        self.done = True
+        if self.waiter is not None:
+            self.kernel.unpark(self.waiter)
+
+    def result(self) -> Any:
+        while not self.done:
+            self.waiter = self.kernel.actor()
+            self.kernel.park(None, "read-ahead")
+        if self.error is not None:
+            raise self.error
+        return self.value
+
+    def cancel(self) -> bool:
+        if self.done or self.cancelled:
+            return False
+        self.cancelled = True
+        return True

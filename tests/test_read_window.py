@@ -1,22 +1,31 @@
-"""The worker reads a ticket's objects ahead of its handler in windows of `READ_WINDOW`, which
-its `READ_AHEAD` threads share (a thread takes the next object as its last GET returns)."""
+"""The worker reads a ticket's objects ahead of its handler, at most `READ_WINDOW` objects ahead,
+on its `READ_AHEAD` threads (a thread takes the next object as its last GET returns); each
+message's handler waits for its own object's read only (`readahead.Stream`)."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from typing import Any
 
+import pytest
 from harness import Harness, Recorder
-from s3queue.common.concurrency import in_order
+from s3queue.common.clock import FakeClock
+from s3queue.common.concurrency import Batched, Threads, in_order
 from s3queue.contract.settings import QueueSettings
+from s3queue.message import Message
+from s3queue.storage import MemoryStorage
+from s3queue.storage.base import Object
 from s3queue.working.readahead import READ_AHEAD, READ_WINDOW
 
 from bench.simkernel import Kernel
 
 
-def test_a_large_ticket_is_read_in_windows_of_read_window() -> None:
-    """A ticket of 300 single messages: after the lease and its first object (read together
-    before the claim), windows of `READ_WINDOW` objects, the last one what is left."""
+def test_a_large_ticket_is_read_at_most_read_window_objects_ahead() -> None:
+    """A ticket of 300 single messages, on a `RunAll` that only runs lists (`Batched`): after
+    the lease and its first object (read together before the claim), the reads submitted while
+    the handler moved on run together when the first of them is wanted: `READ_WINDOW` objects
+    at a time, the last run what is left."""
     assert READ_WINDOW > READ_AHEAD
     h = Harness(settings=QueueSettings(batch_size=300, max_batch_size=300))
     for i in range(300):
@@ -62,3 +71,119 @@ def test_the_simulated_pool_runs_at_most_its_size_at_once() -> None:
     assert out[0] == list(range(10))
     assert most[0] == 4
     assert 30 <= out[1] < 34  # three rounds of 10 ms, joins at 1 ms resolution
+
+
+class Gated(MemoryStorage):
+    """Memory storage whose GET of one key waits until `opened` is set (or 10 s pass)."""
+
+    def __init__(
+        self, gated_key: Callable[[str], bool], order: list[str], clock: FakeClock
+    ) -> None:
+        super().__init__(clock)
+        self.gated_key, self.order = gated_key, order
+        self.opened = threading.Event()
+
+    def get(self, key: str, *, if_match: str | None = None) -> Object | None:
+        if self.gated_key(key):
+            if not self.opened.wait(10):
+                self.order.append("gate timed out")
+            found = super().get(key, if_match=if_match)
+            self.order.append("slow GET returned")
+            return found
+        return super().get(key, if_match=if_match)
+
+
+def test_a_handler_starts_when_its_own_object_is_read_not_its_windows_slowest() -> None:
+    """On production's threads, the first messages' handlers run while a later object's GET is
+    still out: the sixth object's GET waits for the second handler, which (read in windows)
+    would have waited for it (the gate would time out first)."""
+    clock = FakeClock()
+    order: list[str] = []
+    sixth: list[str] = []
+    storage = Gated(lambda key: key in sixth, order, clock)
+    h = Harness(settings=QueueSettings(batch_size=20), storage=storage, clock=clock)
+    for i in range(20):
+        h.queue.enqueue(i)
+    sixth.append(sorted(h.keys("msg/"))[5])  # a ticket's refs are in the LIST's key order
+    h.tick()
+    h.worker.read_ahead = Threads(READ_AHEAD, "test-read")
+    handled: list[Message] = []
+
+    def handler(message: Message) -> None:
+        handled.append(message)
+        order.append(f"handler {len(handled)}")
+        if len(handled) == 2:
+            storage.opened.set()
+
+    h.work(handler)
+    assert len(handled) == 20
+    assert order.index("handler 2") < order.index("slow GET returned")
+    assert "gate timed out" not in order
+
+
+def test_batched_runs_what_was_submitted_together_and_drops_what_was_cancelled() -> None:
+    runs: list[int] = []
+
+    def recording(jobs: list[Callable[[], Any]]) -> list[Any]:
+        runs.append(len(jobs))
+        return in_order(jobs)
+
+    submit = Batched(recording)
+    done: list[int] = []
+    pending = [submit(lambda i=i: done.append(i) or i) for i in range(4)]  # type: ignore[func-returns-value]
+    assert pending[3].cancel()
+    assert [p.result() for p in pending[:3]] == [0, 1, 2]
+    assert runs == [3] and done == [0, 1, 2]
+    assert not pending[0].cancel()  # done: too late
+
+
+def test_batched_raises_a_crash_where_the_run_was_and_keeps_the_rest_for_later() -> None:
+    """A crash point inside the list stops the run (the process died there); the jobs after it
+    are not run by that run."""
+
+    class Died(BaseException):
+        pass
+
+    def crash() -> int:
+        raise Died
+
+    ran: list[int] = []
+    submit = Batched(in_order)
+    first = submit(lambda: ran.append(0) or 0)  # type: ignore[func-returns-value]
+    submit(crash)
+    last = submit(lambda: ran.append(2) or 2)  # type: ignore[func-returns-value]
+    with pytest.raises(Died):
+        first.result()
+    assert ran == [0]
+    assert first.result() == 0
+    with pytest.raises(Died):
+        last.result()  # the crash is still first in line
+    assert ran == [0]
+
+
+def test_the_simulated_lanes_hand_out_each_result_as_its_job_returns() -> None:
+    """`Kernel.pool(n).submit` is Executor.submit in virtual time: the first result is there
+    when its job returned, not when the slowest of the jobs submitted with it did."""
+    kernel = Kernel()
+    seen: list[tuple[int, float]] = []
+
+    def job(i: int, ms: float) -> Callable[[], int]:
+        def body() -> int:
+            kernel.wait(ms, "job")
+            return i
+
+        return body
+
+    def main() -> None:
+        start = kernel.local_ms()
+        lanes = kernel.pool(4)
+        pending = [lanes.submit(job(i, 100.0 if i == 0 else 10.0)) for i in range(6)]
+        for p in reversed(pending):
+            seen.append((p.result(), kernel.local_ms() - start))
+
+    kernel.spawn(main, at_ms=kernel.now, name="main", role="test")
+    kernel.run(kernel.now + 1_000)
+    kernel.stop()
+    assert [i for i, _ in seen] == [5, 4, 3, 2, 1, 0]
+    assert seen[0][1] == 20.0  # job 5 ran second on a lane: two rounds of 10 ms
+    assert seen[-1][1] == 100.0  # the slow one, on its own lane

@@ -5,6 +5,12 @@ A `RunAll` takes zero-argument jobs and returns their results in the jobs' order
 job has returned. Production runs them on threads (`Threads`); tests and simulations pass
 `in_order` (deterministic, every call a crash point) or one of their own (the chaos
 simulation shuffles them; the AWS simulation overlaps them in virtual time).
+
+A `Submit` takes one job at a time and hands back its `Pending` result at once, so a caller can
+use the first result while later jobs still run (the worker's handler starts when its own
+object's GET returns, not when its window's slowest does). `Threads` and the AWS simulation's
+lanes take jobs so; `submitter` makes any other `RunAll` into one that runs what was submitted
+together, when the first of it is wanted (`Batched`: the order and crash points of a `RunAll`).
 """
 
 from __future__ import annotations
@@ -14,9 +20,24 @@ import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
-from typing import Any
+from typing import Any, Protocol
 
 RunAll = Callable[[list[Callable[[], Any]]], list[Any]]
+
+
+class Pending(Protocol):
+    """A submitted job's result (a `concurrent.futures.Future` is one)."""
+
+    def result(self) -> Any:
+        """The job's return value once it returned (waiting until then); its exception, raised."""
+        ...
+
+    def cancel(self) -> bool:
+        """Drop the job if it has not started; whether it was dropped."""
+        ...
+
+
+Submit = Callable[[Callable[[], Any]], Pending]
 
 
 def in_order(jobs: list[Callable[[], Any]]) -> list[Any]:
@@ -37,12 +58,78 @@ class Threads:
     def __call__(self, jobs: list[Callable[[], Any]]) -> list[Any]:
         if len(jobs) < 2:
             return in_order(jobs)
+        return list(self._executor().map(lambda job: job(), jobs))
+
+    def submit(self, job: Callable[[], Any]) -> Pending:
+        """Start `job` on a free thread (or when one frees up); its result when wanted."""
+        return self._executor().submit(job)
+
+    def _executor(self) -> ThreadPoolExecutor:
         if self._pid != os.getpid():
             self._pid, self._pool, self._lock = os.getpid(), None, threading.Lock()
         with self._lock:
             if self._pool is None:
                 self._pool = ThreadPoolExecutor(self.size, thread_name_prefix=self.name)
-        return list(self._pool.map(lambda job: job(), jobs))
+            return self._pool
+
+
+def submitter(run_all: RunAll) -> Submit:
+    """`run_all`'s own ``submit`` if it has one (`Threads`, the AWS simulation's lanes), else a
+    new `Batched` over it."""
+    submit: Submit | None = getattr(run_all, "submit", None)
+    return submit if submit is not None else Batched(run_all)
+
+
+class Batched:
+    """A `Submit` over a `RunAll` that only runs lists: the jobs submitted since its last run
+    run together, by `run_all`, when the first of them is wanted; a job cancelled before then
+    never runs. What a job raises, `run_all` raises (a crash point stops the run, as it would
+    have stopped the list), where the result that started the run was wanted; the jobs it did
+    not reach wait for the next run."""
+
+    def __init__(self, run_all: RunAll) -> None:
+        self.run_all = run_all
+        self._waiting: list[_Cell] = []
+
+    def __call__(self, job: Callable[[], Any]) -> Pending:
+        cell = _Cell(self, job)
+        self._waiting.append(cell)
+        return cell
+
+    def run(self) -> None:
+        batch, self._waiting = self._waiting, []
+        try:
+            self.run_all([cell.run for cell in batch])
+        finally:
+            self._waiting[:0] = [cell for cell in batch if not cell.done]
+
+    def drop(self, cell: _Cell) -> bool:
+        if cell in self._waiting:
+            self._waiting.remove(cell)
+            return True
+        return False
+
+
+class _Cell:
+    __slots__ = ("batched", "done", "job", "value")
+    done: bool
+    value: Any
+
+    def __init__(self, batched: Batched, job: Callable[[], Any]) -> None:
+        self.batched, self.job = batched, job
+        self.done, self.value = False, None
+
+    def run(self) -> None:
+        self.value = self.job()
+        self.done = True
+
+    def result(self) -> Any:
+        while not self.done:
+            self.batched.run()
+        return self.value
+
+    def cancel(self) -> bool:
+        return not self.done and self.batched.drop(self)
 
 
 def settled(run_all: RunAll, jobs: list[Callable[[], Any]]) -> list[Any]:

@@ -3,16 +3,20 @@
 Apart from the ticket flow (worker.py) because it is the worker's one throughput knob and
 touches no ticket: how many GETs are in flight, how far ahead of the handler they reach, and
 which object a failed read leaves to be read again in its turn. Reading one ref is load.py's.
+
+A `Stream` keeps the GETs of the next objects going while the handler runs: each message's
+handler waits for its own object's GET only. Read in windows (the whole window read before its
+first handler started), a message waited for its window's slowest GET, a few of which sit in
+S3's long tail (p99 several times the median) in every window of a grown ticket: issue 22's p99.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
-from typing import Any, Protocol
+from typing import Protocol
 
-from s3queue.common.concurrency import RunAll
+from s3queue.common.concurrency import Pending, RunAll, Submit, submitter
 from s3queue.contract.settings import QueueSettings
 from s3queue.errors import S3QueueError
 from s3queue.protocol.keys import QueueKeys
@@ -20,16 +24,14 @@ from s3queue.protocol.tickets import Ref
 from s3queue.storage.base import Storage
 from s3queue.working.load import Loaded, load_ref
 
-__all__ = ["READ_AHEAD", "READ_AHEAD_BYTES", "READ_WINDOW", "Reader", "Source", "window"]
+__all__ = ["READ_AHEAD", "READ_AHEAD_BYTES", "READ_WINDOW", "Reader", "Source", "Stream"]
 
 READ_AHEAD = 32
 """GETs of a ticket's objects in flight at once, at most (threads: one connection each)."""
 READ_WINDOW = 4 * READ_AHEAD
-"""Objects read ahead of the handler in one go, at most, by the `READ_AHEAD` threads: a thread
-takes the next object as soon as its last GET returned, so a window costs about
-``READ_WINDOW / READ_AHEAD`` GETs one after another plus one slow GET, where windows of
-`READ_AHEAD` each waited for their slowest GET (~90 ms per 32 objects on AWS, most of a grown
-ticket's time in its worker)."""
+"""Objects read (or being read) ahead of the handler, at most: the `READ_AHEAD` threads take
+the next as soon as their last GET returned, and each object the handler moves past lets one
+more in."""
 READ_AHEAD_BYTES = 8 * 1024 * 1024
 """...and at most this many bytes of them (by the sizes the LIST gave), at least one."""
 
@@ -41,7 +43,8 @@ class Source(Protocol):
     keys: QueueKeys
     settings: QueueSettings
     read_ahead: RunAll
-    """How the next `READ_WINDOW` objects are read, `READ_AHEAD` at a time (concurrency.py)."""
+    """How the objects ahead are read, `READ_AHEAD` at a time: its ``submit`` if it has one,
+    else lists of what was submitted (concurrency.py, `submitter`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,33 +63,62 @@ class Reader:
             cache[ref.key] = load_ref(source.storage, source.keys, ref, max_bytes)
         return cache[ref.key]
 
-    def ahead(self, refs: list[Ref]) -> None:
-        """Read `refs`' objects at once, into the cache: a ticket's GETs overlap instead of
-        adding up. One that fails is left out: the call for it reads it again in its turn, and
-        its error surfaces there, where it did before."""
-        cache, source = self.cache, self.source
-        wanted = [ref for ref in refs if ref.key not in cache]
+    def attempt(self, ref: Ref) -> tuple[str, Loaded | None] | None:
+        """`ref`'s object read, or None if the read failed: the call for it in its turn reads
+        it again, and its error surfaces there, where it would have without a read-ahead."""
+        source = self.source
         max_bytes = source.settings.max_message_bytes
+        try:
+            return ref.key, load_ref(source.storage, source.keys, ref, max_bytes)
+        except S3QueueError:
+            return None
 
-        def read(ref: Ref) -> tuple[str, Loaded | None] | None:
-            try:
-                return ref.key, load_ref(source.storage, source.keys, ref, max_bytes)
-            except S3QueueError:
-                return None
 
-        jobs: list[Callable[[], Any]] = [partial(read, ref) for ref in wanted]
-        for found in source.read_ahead(jobs):
+@dataclass(slots=True)
+class Stream:
+    """`refs`' objects in order, each read ahead by `submit` (`READ_WINDOW` objects and
+    `READ_AHEAD_BYTES` ahead of the handler at most), each handed out once its own read
+    returned. `close` drops the reads not started: a walk that stops early (time short, a lost
+    lease) does not leave GETs behind it."""
+
+    reader: Reader
+    refs: list[Ref]
+    submit: Submit
+    _pending: dict[int, Pending] = field(default_factory=dict)
+    _next: int = 0
+    _bytes: int = 0
+
+    @classmethod
+    def of(cls, reader: Reader, refs: list[Ref]) -> Stream:
+        return cls(reader, refs, submitter(reader.source.read_ahead))
+
+    def read(self, at: int) -> Loaded | None:
+        """`refs[at]`'s object (read now if its read-ahead failed; its error raised then)."""
+        ref = self.refs[at]
+        self._top_up(at)
+        pending = self._pending.pop(at, None)
+        if pending is not None:
+            self._bytes -= ref.size
+            found = pending.result()
             if found is not None:
-                cache[found[0]] = found[1]
+                self.reader.cache[found[0]] = found[1]
+        return self.reader(ref)
 
+    def _top_up(self, at: int) -> None:
+        """Submit the reads of the objects after `at` that the bounds let in."""
+        refs, cache = self.refs, self.reader.cache
+        self._next = max(self._next, at)
+        end = min(len(refs), at + READ_WINDOW)
+        while self._next < end:
+            ref = refs[self._next]
+            if ref.key not in cache:
+                if self._pending and self._bytes + ref.size > READ_AHEAD_BYTES:
+                    return
+                self._pending[self._next] = self.submit(partial(self.reader.attempt, ref))
+                self._bytes += ref.size
+            self._next += 1
 
-def window(refs: list[Ref], at: int) -> list[Ref]:
-    """The refs to read at once from `at`: `READ_WINDOW` of them, within `READ_AHEAD_BYTES`."""
-    found: list[Ref] = []
-    total = 0
-    for ref in refs[at : at + READ_WINDOW]:
-        total += ref.size
-        if found and total > READ_AHEAD_BYTES:
-            break
-        found.append(ref)
-    return found
+    def close(self) -> None:
+        for pending in self._pending.values():
+            pending.cancel()
+        self._pending.clear()

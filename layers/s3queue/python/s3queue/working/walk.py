@@ -20,7 +20,7 @@ from s3queue.protocol.tickets import Outcome, Ref
 from s3queue.working.claim import Claim
 from s3queue.working.guard import Guard
 from s3queue.working.handle import Runner
-from s3queue.working.readahead import Reader, Source, window
+from s3queue.working.readahead import Reader, Source, Stream
 from s3queue.working.throttle import Throttle
 
 __all__ = ["Walk", "Walker"]
@@ -140,17 +140,19 @@ class Walk:
             claim.beat()
 
     def _messages(self) -> Iterator[tuple[Ref, int, Record, str | None]]:
-        loaded = self.claim.loaded
-        read = Reader(self.worker, loaded)
+        """The claim's messages in order, each as soon as its own object's read returned (the
+        first object may have been read before the claim)."""
         refs = self.claim.ticket.refs
-        for at, ref in enumerate(refs):
-            if ref.key not in loaded:  # the first may have been read before the claim
-                read.ahead(window(refs, at))
-            result = read(ref)
-            if result is None:
-                continue
-            for index, record in enumerate(result.records):
-                yield ref, index, record, result.error
+        stream = Stream.of(Reader(self.worker, self.claim.loaded), refs)
+        try:
+            for at, ref in enumerate(refs):
+                result = stream.read(at)
+                if result is None:
+                    continue
+                for index, record in enumerate(result.records):
+                    yield ref, index, record, result.error
+        finally:
+            stream.close()
 
     def _release(self, ref: Ref, record: Record, why: str) -> None:
         now = self.worker.clock.now_ms()
