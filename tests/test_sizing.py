@@ -214,3 +214,48 @@ def test_a_pace_of_one_size_is_not_fitted() -> None:
     noisy.finished(10, 2000)
     noisy.finished(40, 1000)  # larger and quicker: a line with no positive part per message
     assert noisy.fit() is None
+
+
+def test_a_new_leader_sizes_tickets_at_once_from_its_predecessors_pace() -> None:
+    """The pace travels in the lease (`LeaseDoc.pace`): a coordinator in another process or
+    Lambda container that takes over after a release sizes its first tickets as its
+    predecessor would have, instead of at `batch_size` until one of its own has finished (a
+    handover every minute on Lambda, with a backlog building meanwhile)."""
+    h = Harness(settings=QueueSettings(max_in_flight_tickets=4))
+    for i in range(400):
+        h.queue.enqueue(i)
+    h.tick()
+    handler = Recorder()
+    h.work(handler)
+    h.clock.advance(0.1)
+    h.tick()  # learns the pace from the first four tickets, grows the next ones
+    h.work(handler)
+    h.clock.advance(0.1)
+    h.coordinator.release()
+    for i in range(400, 800):
+        h.queue.enqueue(i)
+    successor = h.new_coordinator("c2")
+    assert successor.tick().leader
+    assert refs_per_ticket(h) and min(refs_per_ticket(h)[:-1]) > 10
+    fresh = Harness(settings=QueueSettings(max_in_flight_tickets=4))  # no predecessor: 10 each
+    for i in range(400):
+        fresh.queue.enqueue(i)
+    fresh.tick()
+    assert refs_per_ticket(fresh) == [10, 10, 10, 10]
+    h.coordinator = successor
+    h.drain(handler)
+    assert Counter(handler.bodies()) == Counter(range(800))
+
+
+def test_a_pace_is_adopted_only_by_a_pace_that_saw_nothing_and_only_if_it_makes_sense() -> None:
+    old = Pace()
+    old.finished(10, 1000)
+    old.finished(40, 1600)
+    state = old.state()
+    fresh = Pace()
+    assert fresh.state() == ()
+    assert fresh.adopt(state)
+    assert fresh.ms_per_message == old.ms_per_message and fresh.fit() == old.fit()
+    assert not fresh.adopt(Pace().state())  # has its own now
+    for nonsense in ((), (1.0, 2.0), (1.0, -5.0, 1.0, 1.0, 1.0), (1.0, 0.0, 1.0, 0.0, 0.0)):
+        assert not Pace().adopt(nonsense)

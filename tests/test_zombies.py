@@ -10,6 +10,7 @@ its settlement leaves the question to its successor's seal.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 from pathlib import Path
 from typing import Any
@@ -138,6 +139,19 @@ def test_doubts_and_own_holes_survive_encoding_and_seals() -> None:
     assert again.accepts(3, 1) is False  # our own hole
     assert again.accepts(3, 4) is False  # our own doubt
     assert again.accepts(3, 2) is True
+
+
+def test_the_advisory_pace_survives_encoding_and_an_unreadable_one_is_ignored() -> None:
+    """`LeaseDoc.pace` hands the leader's ticket pace to its successor; it decides nothing
+    about a ticket, so a pace that cannot be read leaves the lease readable (no fallback to
+    `_from_tickets`, which would jump epochs)."""
+    doc = LeaseDoc("me", 3, 10, seals={2: 7}, pace=(1000.5, 10.0, 1.0, 100.0, 10005.0))
+    assert LeaseDoc.decode(doc.encode("t")).pace == (1000.5, 10.0, 1.0, 100.0, 10005.0)
+    body = json.loads(doc.encode("t"))
+    body["pace"] = ["fast", None]
+    broken = LeaseDoc.decode(json.dumps(body).encode())
+    assert broken.pace == () and broken.epoch == 3 and broken.seals == {2: 7}
+    assert "pace" not in json.loads(LeaseDoc("me", 1, 10).encode("t"))
 
 
 def test_purge_while_the_queue_runs_spares_what_keeps_it_safe() -> None:

@@ -111,6 +111,7 @@ class Coordinator:
             ttl_ms=ms(self.config.lease_ttl),
             skew_ms=ms(self.config.skew_tolerance),
             epochs=self._ticket_epochs,
+            pace=self._pace_state,
         )
         self.reconciler = Reconciler(
             storage,
@@ -125,7 +126,8 @@ class Coordinator:
         )
         self.pace = pace or sizing.Pace()
         """How fast tickets have been finishing: about the handler, so kept across epochs (and
-        across runs, by the coordinator Lambda)."""
+        across runs, by the coordinator Lambda; and from leader to leader in the lease, for a
+        run in another container: `LeaseDoc.pace`)."""
         self.publisher = Publisher(
             storage,
             self.keys,
@@ -163,6 +165,7 @@ class Coordinator:
             return TickResult(leader=False)
         if self.lease.epoch != self.memory.epoch:
             self.memory = self._fresh(self.lease.epoch)
+            self.pace.adopt(self.lease.inherited)
             self.emit("takeover", self.clock.now_ms(), epoch=self.lease.epoch, owner=self.owner)
         listed = self._list_tickets()
         reconciler = self.reconciler
@@ -190,6 +193,9 @@ class Coordinator:
             self.lease.release(self.memory.next_seq - 1)
             self.emit("release", self.clock.now_ms(), epoch=self.memory.epoch)
         self.memory = self._fresh()
+
+    def _pace_state(self) -> tuple[float, ...]:
+        return self.pace.state()
 
     def _ticket_epochs(self) -> set[int]:
         return {p[0] for e in self._list_tickets() if (p := self.keys.parse_ticket(e.key))}

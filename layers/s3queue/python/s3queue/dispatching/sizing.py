@@ -83,6 +83,21 @@ class Pace:
         self._squares = keep * self._squares + SMOOTHING * messages * messages
         self._products = keep * self._products + SMOOTHING * messages * took
 
+    def state(self) -> tuple[float, ...]:
+        """The moving sums, to hand to the next leader (`LeaseDoc.pace`); none before any
+        ticket finished."""
+        if not self._weight:
+            return ()
+        return (self._ms, self._messages, self._weight, self._squares, self._products)
+
+    def adopt(self, state: tuple[float, ...]) -> bool:
+        """Start from a predecessor's `state` if this pace has seen no ticket finish yet (and
+        the state makes sense); whether it did."""
+        if self._weight or len(state) != 5 or min(state) < 0 or not state[1] or not state[2]:
+            return False
+        self._ms, self._messages, self._weight, self._squares, self._products = state
+        return True
+
     @property
     def ms_per_message(self) -> float | None:
         return self._ms / self._messages if self._messages else None

@@ -87,6 +87,16 @@ class LeaseDoc:
     doubts: dict[int, tuple[int, ...]] = field(default_factory=dict)
     """epoch -> seqs whose create failed or lost its answer, not settled yet: they may land
     late (a zombie request) or never; rejected meanwhile (`LeaderLease.doubt`, `settle`)."""
+    pace: tuple[float, ...] = ()
+    """Advisory, never read for a decision about a ticket: the writer's ticket pace
+    (`sizing.Pace.state`), so its successor sizes tickets at once instead of learning again
+    from tickets of `batch_size` while a backlog builds (issue 22: a coordinator handover
+    every minute on Lambda put its p99 above 2 s). Unreadable: ignored."""
+    ends_ms: int = 0
+    """Advisory too: when the holder's run plans to release the lease, by its clock (0: no
+    plan). A coordinator Lambda run ends a known time after it starts, and the next scheduled
+    run, started meanwhile, follows: it asks again then instead of up to a `follow_interval`
+    later, with nothing dispatched in between (service.py)."""
 
     def lapsed(self, written_ago_ms: int, now_ms: int, skew_ms: int) -> bool:
         """Whether a challenger may take over: released, or not written for ``ttl`` by S3's
@@ -125,6 +135,10 @@ class LeaseDoc:
             doc["doubts"] = {str(k): list(v) for k, v in sorted(self.doubts.items())}
         if self.ttl_ms:
             doc["ttl"] = self.ttl_ms
+        if self.pace:
+            doc["pace"] = [round(v, 3) for v in self.pace]
+        if self.ends_ms:
+            doc["ends"] = self.ends_ms
         return json.dumps(doc, separators=(",", ":")).encode()
 
     @classmethod
@@ -137,7 +151,8 @@ class LeaseDoc:
             doubts = {int(k): tuple(map(int, v)) for k, v in doc.get("doubts", {}).items()}
             owner, epoch, until = doc.get("owner"), int(doc["epoch"]), int(doc["lease_until"])
             ttl = int(doc.get("ttl", 0))
-            return cls(owner, epoch, until, seals, blocks, holes, ttl, doubts)
+            pace, ends = _pace(doc), _ends(doc)
+            return cls(owner, epoch, until, seals, blocks, holes, ttl, doubts, pace, ends)
         except (ValueError, KeyError, TypeError, IndexError) as exc:
             raise MalformedMessage(f"undecodable coordinator lease: {exc}") from exc
 
@@ -151,6 +166,26 @@ class LeaseDoc:
             doubts=dict(self.doubts),
         )
         return replace(copy, **changes)
+
+
+def _pace(doc: dict[str, Any]) -> tuple[float, ...]:
+    """The document's advisory pace, or none if it is missing or unreadable."""
+    try:
+        return tuple(float(v) for v in doc.get("pace", ()))
+    except (TypeError, ValueError):
+        return ()
+
+
+def _ends(doc: dict[str, Any]) -> int:
+    """The document's advisory planned release, or 0 if it is missing or unreadable."""
+    try:
+        return int(doc.get("ends", 0))
+    except (TypeError, ValueError):
+        return 0
+
+
+def _no_plan() -> int:
+    return 0
 
 
 def read_lease(storage: Storage, key: str) -> LeaseDoc | None:
@@ -171,6 +206,7 @@ class LeaderLease:
         ttl_ms: int,
         skew_ms: int,
         epochs: Callable[[], set[int]] = set,
+        pace: Callable[[], tuple[float, ...]] = tuple,
     ) -> None:
         self._storage = storage
         self._key = key
@@ -181,6 +217,15 @@ class LeaderLease:
         self.doc: LeaseDoc | None = None
         self._etag: str | None = None
         self._epochs = epochs
+        self._pace = pace
+        """The holder's ticket pace, written with every lease write (`LeaseDoc.pace`)."""
+        self.inherited: tuple[float, ...] = ()
+        """The pace the lease held when we took it over (our predecessor's)."""
+        self.ends: Callable[[], int] = _no_plan
+        """When our run plans to release, written with every lease write (`LeaseDoc.ends_ms`);
+        the service sets it for a run that ends (a Lambda's)."""
+        self.leader_ends_ms = 0
+        """The holder's planned release, as the lease said when we last found it held."""
 
     @property
     def leading(self) -> bool:
@@ -209,6 +254,7 @@ class LeaderLease:
             current = self._from_tickets()
         ago = written_ago(obj.last_modified_ms, obj.served_ms, now)
         if not current.lapsed(ago, now, self._skew):
+            self.leader_ends_ms = current.ends_ms
             return False
         seals = dict(current.seals)
         seals.setdefault(current.epoch, PENDING)  # a clean release already sealed its epoch
@@ -222,12 +268,18 @@ class LeaderLease:
             blocks=blocks,
         )
         self._etag = obj.etag
+        self.inherited = current.pace
         return self._write(taken)
 
     def _write(
         self, doc: LeaseDoc, *, lease_until: int | None = None, create: bool = False
     ) -> bool:
-        new = doc.evolve(lease_until_ms=lease_until or doc.lease_until_ms, ttl_ms=self._ttl)
+        new = doc.evolve(
+            lease_until_ms=lease_until or doc.lease_until_ms,
+            ttl_ms=self._ttl,
+            pace=self._pace(),
+            ends_ms=self.ends(),
+        )
         token = new_token()
         try:
             if create:
