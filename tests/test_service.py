@@ -18,7 +18,7 @@ from s3queue.contract.names import queue_of_key
 from s3queue.contract.settings import QueueSettings
 from s3queue.dispatching.coordinator import Coordinator
 from s3queue.dispatching.gauges import Gauges
-from s3queue.dispatching.service import ServeSettings, serve
+from s3queue.dispatching.service import RELEASE_MARGIN_MS, ServeSettings, serve
 from s3queue.errors import BucketNotFound, EndpointUnreachable, StorageError, Throttled
 from s3queue.message import Message
 from s3queue.producing.producer import Queue
@@ -383,6 +383,65 @@ def test_a_follower_gives_up_after_linger() -> None:
     assert result.reason == "idle" and result.led == set()
     assert system.storage.calls["put"] == 0
     assert len(system.invocations) == 1
+
+
+def test_a_follower_asks_again_just_after_the_leaders_planned_release() -> None:
+    """A run with an end (a Lambda's) writes when it plans to release in the lease; the next
+    run, following, asks again just after then, not a whole `follow_interval` later: on
+    Lambda every scheduled run takes over from the one before."""
+    # GIVEN a leader whose run plans to release 1.3 s from now, and releases then
+    system = System("emails")
+    system.queues["emails"].enqueue("x")
+    leader = system.coordinators("leader")[0]
+    start = system.clock.now_ms()
+    ends = start + 1300
+    leader.lease.ends = lambda: ends
+    assert leader.tick().dispatched == 1
+    assert read_lease(system.memory, leader.keys.lease).ends_ms == ends  # type: ignore[union-attr]
+
+    class Releasing:
+        def now_ms(self) -> int:
+            return system.clock.now_ms()
+
+        def sleep(self, seconds: float) -> None:
+            system.clock.advance(seconds)
+            if system.clock.now_ms() >= ends and leader.lease.leading:
+                leader.release()
+
+    # WHEN a second run follows it (one check a second, at most)
+    stop, took = threading.Event(), list[int]()
+
+    def on_tick(queue: str, result: Any) -> None:
+        if result.leader and not took:
+            took.append(system.clock.now_ms())
+            stop.set()
+
+    serve(
+        system.coordinators("second"),
+        remaining_ms=system.deadline(60),
+        clock=Releasing(),
+        settings=ServeSettings(follow_interval=1.0, linger=None),
+        stop=stop,
+        on_tick=on_tick,
+    )
+    # THEN it took over about RELEASE_MARGIN_MS after the release, not at the 2 s check
+    assert took and ends <= took[0] <= ends + 2 * RELEASE_MARGIN_MS
+    assert len(system.kinds("not_leader")) == 2  # at the start, and at the planned release
+
+
+def test_a_run_with_no_end_plans_no_release() -> None:
+    system = System("emails")
+    system.queues["emails"].enqueue("x")
+    coordinators = system.coordinators()
+    serve(
+        coordinators,
+        remaining_ms=lambda: 10**15,
+        clock=system.clock,
+        settings=ServeSettings(linger=1.0, release_after=10**6),
+        on_tick=lambda q, r: system.work(),
+    )
+    lease = read_lease(system.memory, coordinators[0].keys.lease)
+    assert lease is not None and lease.ends_ms == 0
 
 
 class Turns:
