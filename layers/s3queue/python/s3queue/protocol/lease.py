@@ -61,6 +61,7 @@ from typing import Any
 
 from s3queue.common.clock import Clock
 from s3queue.errors import Conflict, MalformedMessage
+from s3queue.protocol import advisory
 from s3queue.storage.base import Storage, new_token, written_ago
 
 PENDING = -2
@@ -88,15 +89,9 @@ class LeaseDoc:
     """epoch -> seqs whose create failed or lost its answer, not settled yet: they may land
     late (a zombie request) or never; rejected meanwhile (`LeaderLease.doubt`, `settle`)."""
     pace: tuple[float, ...] = ()
-    """Advisory, never read for a decision about a ticket: the writer's ticket pace
-    (`sizing.Pace.state`), so its successor sizes tickets at once instead of learning again
-    from tickets of `batch_size` while a backlog builds (issue 22: a coordinator handover
-    every minute on Lambda put its p99 above 2 s). Unreadable: ignored."""
+    """Advisory (advisory.py): the writer's ticket pace (`sizing.Pace.state`)."""
     ends_ms: int = 0
-    """Advisory too: when the holder's run plans to release the lease, by its clock (0: no
-    plan). A coordinator Lambda run ends a known time after it starts, and the next scheduled
-    run, started meanwhile, follows: it asks again then instead of up to a `follow_interval`
-    later, with nothing dispatched in between (service.py)."""
+    """Advisory: when the holder's run plans to release the lease, by its clock (0: no plan)."""
 
     def lapsed(self, written_ago_ms: int, now_ms: int, skew_ms: int) -> bool:
         """Whether a challenger may take over: released, or not written for ``ttl`` by S3's
@@ -151,7 +146,7 @@ class LeaseDoc:
             doubts = {int(k): tuple(map(int, v)) for k, v in doc.get("doubts", {}).items()}
             owner, epoch, until = doc.get("owner"), int(doc["epoch"]), int(doc["lease_until"])
             ttl = int(doc.get("ttl", 0))
-            pace, ends = _pace(doc), _ends(doc)
+            pace, ends = advisory.pace(doc), advisory.ends(doc)
             return cls(owner, epoch, until, seals, blocks, holes, ttl, doubts, pace, ends)
         except (ValueError, KeyError, TypeError, IndexError) as exc:
             raise MalformedMessage(f"undecodable coordinator lease: {exc}") from exc
@@ -166,26 +161,6 @@ class LeaseDoc:
             doubts=dict(self.doubts),
         )
         return replace(copy, **changes)
-
-
-def _pace(doc: dict[str, Any]) -> tuple[float, ...]:
-    """The document's advisory pace, or none if it is missing or unreadable."""
-    try:
-        return tuple(float(v) for v in doc.get("pace", ()))
-    except (TypeError, ValueError):
-        return ()
-
-
-def _ends(doc: dict[str, Any]) -> int:
-    """The document's advisory planned release, or 0 if it is missing or unreadable."""
-    try:
-        return int(doc.get("ends", 0))
-    except (TypeError, ValueError):
-        return 0
-
-
-def _no_plan() -> int:
-    return 0
 
 
 def read_lease(storage: Storage, key: str) -> LeaseDoc | None:
@@ -221,7 +196,7 @@ class LeaderLease:
         """The holder's ticket pace, written with every lease write (`LeaseDoc.pace`)."""
         self.inherited: tuple[float, ...] = ()
         """The pace the lease held when we took it over (our predecessor's)."""
-        self.ends: Callable[[], int] = _no_plan
+        self.ends: Callable[[], int] = advisory.no_plan
         """When our run plans to release, written with every lease write (`LeaseDoc.ends_ms`);
         the service sets it for a run that ends (a Lambda's)."""
         self.leader_ends_ms = 0
