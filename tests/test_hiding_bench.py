@@ -80,3 +80,14 @@ def test_the_machine_ticks_grow() -> None:
     idle, total = machine_ticks()
     time.sleep(0.05)  # not waiting for work: letting the kernel's tick counters move
     assert machine_ticks()[1] > total >= idle > 0
+
+
+def test_the_hiding_sizes_can_be_chosen_on_the_command_line() -> None:
+    from bench.run import choose_plan, parse_args
+
+    plan = choose_plan(parse_args(["--quick", "--hiding", "600,3000,800"]))
+    assert (plan.hiding_messages, plan.hiding_packed, plan.hiding_pool_messages) == (
+        600,
+        3_000,
+        800,
+    )
