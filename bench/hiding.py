@@ -14,9 +14,14 @@ runtime keeps once S3 is as far away as on AWS. Requests are counted at the prox
   ``s3queue worker --drain`` beside it (`hiding_threads` threads each), drain
   `hiding_pool_messages` single enqueues with a handler that does nothing: messages per
   second from the start of the processes to the last one's exit (imports included), and the
-  steady rate, from the first handler start in any process to the last finish in any
-  (`bench.hidingchild` notes them), requests per message (the drain checks of ``--drain``
-  included), and the children's CPU (the proxy's not included).
+  steady rate (`bench.drainrate`; `bench.hidingchild` notes the finishes), requests per
+  message (the drain checks of ``--drain`` included), and the children's CPU (the proxy's not
+  included).
+
+Every run reports both rates, from start to end and steady (the middle of the drain,
+`bench.drainrate`), and both ratios; and where the CPU went (`bench.cpuuse`): the runtime's,
+the proxy's and the S3 server's, each as a share of a core, and the machine's idle share, so
+a run that the machine's cores limited says so.
 """
 
 from __future__ import annotations
@@ -37,7 +42,10 @@ from s3queue.producing.producer import Queue
 from s3queue.storage.clients import make_client
 from s3queue.storage.s3 import S3Storage
 
+from bench.cpuuse import CpuWatch, Source, process_seconds
 from bench.delay import AWS_LIKE, NO_DELAY, DelayProxy, Delays
+from bench.drainrate import processes as steady_of_processes
+from bench.drainrate import steady_rate
 from bench.local import LocalRun, Tracker, noop
 from bench.measure import enqueue_all, load, per_message
 from bench.plan import Plan
@@ -86,6 +94,22 @@ def _spread(values: list[float]) -> dict[str, float]:
     }
 
 
+def _ratios(runs: list[dict[str, Any]], rate: str) -> list[float]:
+    """`rate` of each second run over the first's, pair by pair (pairs without it left out)."""
+    return [
+        second[rate] / first[rate]
+        for first, second in zip(runs[::2], runs[1::2], strict=True)
+        if first.get(rate) and second.get(rate)
+    ]
+
+
+def _usage(target: Target, proxy: DelayProxy, runtime: Source) -> CpuWatch:
+    """Where a run's CPU goes: the runtime, the proxy, the S3 server (`bench.cpuuse`)."""
+    return CpuWatch(
+        {"runtime": runtime, "proxy": proxy.cpu_seconds, "S3": process_seconds(target.server_pid)}
+    )
+
+
 def _pairs(target: Target, plan: Plan, kind: str, step: Callable[[str], None]) -> dict[str, Any]:
     """`hiding_rounds` pairs of drains, without and with delays, side by side."""
     runs: list[dict[str, Any]] = []
@@ -93,14 +117,14 @@ def _pairs(target: Target, plan: Plan, kind: str, step: Callable[[str], None]) -
         for name, delays in (("none", NO_DELAY), ("aws", AWS_LIKE)):
             step(f"{kind} drain {round_ + 1}/{plan.hiding_rounds}, delays {name}")
             runs.append({"delays": name, **drain(target, plan, kind, delays)})
-    ratios = [
-        after["messages_per_s"] / before["messages_per_s"]
-        for before, after in zip(runs[::2], runs[1::2], strict=True)
-    ]
+    ratios = _ratios(runs, "messages_per_s")
+    steady = _ratios(runs, "steady_messages_per_s")
     return {
         "runs": runs,
         "ratio": _spread(ratios),
         "ratios": [round(r, 3) for r in ratios],
+        "steady_ratio": _spread(steady or [0.0]),
+        "steady_ratios": [round(r, 3) for r in steady],
         "cpu_ms_per_message": {
             name: _spread([r["cpu_ms_per_message"] for r in runs if r["delays"] == name])
             for name in ("none", "aws")
@@ -119,10 +143,14 @@ def drain(target: Target, plan: Plan, kind: str, delays: Delays) -> dict[str, An
         for start in range(0, messages, plan.hiding_pack):
             producer.enqueue_many([{"n": n} for n in range(start, start + plan.hiding_pack)])
     with DelayProxy(target.endpoint_url, delays) as proxy:
-        return _drain_through(proxy, space, plan, messages)
+        return _drain_through(
+            proxy, _usage(target, proxy, time.process_time), space, plan, messages
+        )
 
 
-def _drain_through(proxy: DelayProxy, space: Space, plan: Plan, messages: int) -> dict[str, Any]:
+def _drain_through(
+    proxy: DelayProxy, usage: CpuWatch, space: Space, plan: Plan, messages: int
+) -> dict[str, Any]:
     workers = plan.hiding_workers
     client = make_client(proxy.url, credentials=ANY_CREDENTIALS, max_pool_connections=64 + workers)
     tracker = Tracker()
@@ -130,12 +158,13 @@ def _drain_through(proxy: DelayProxy, space: Space, plan: Plan, messages: int) -
     storage = S3Storage(client, space.bucket)
     run = LocalRun(storage, QUEUE, noop, prefix=space.prefix, workers=workers, listener=tracker)
     proxy.counts(reset=True)
-    cpu = time.process_time()
+    usage.start()
     with run.running():
         complete = tracker.wait(timeout=60 + messages / 5)
         seconds = time.monotonic() - run.started
-        cpu = time.process_time() - cpu
+        used = usage.stop()
         counts = proxy.counts()
+    cpu = used["cpu_s"]["runtime"]
     if not complete:
         raise RuntimeError(f"hiding: {tracker.finished}/{messages} handled before the timeout")
     calls = sum(counts.values())
@@ -143,12 +172,14 @@ def _drain_through(proxy: DelayProxy, space: Space, plan: Plan, messages: int) -
         "messages": messages,
         "seconds": round(seconds, 2),
         "messages_per_s": round(messages / seconds, 1),
+        **steady_rate(tracker.finishes_ms),
         "tickets": len(tracker.applied),
         "requests": counts,
         "per_message": per_message(counts, messages),
         "cpu_seconds": round(cpu, 2),
         "cpu_ms_per_message": round(cpu * 1000 / messages, 3),
         "cpu_ms_per_call": round(cpu * 1000 / max(calls, 1), 3),
+        "cpu": used,
         "load": load(),
     }
 
@@ -164,22 +195,12 @@ def _processes(target: Target, plan: Plan, step: Callable[[str], None]) -> dict[
             for count in (1, 3):
                 step(f"{count} process(es) under delays, {round_ + 1}/{plan.hiding_rounds}")
                 runs.append(_pool_drain(target, plan, handlers, count))
-    ratios = [
-        three["messages_per_s"] / one["messages_per_s"]
-        for one, three in zip(runs[::2], runs[1::2], strict=True)
-    ]
+    ratios = _ratios(runs, "messages_per_s")
     return {
         "runs": runs,
         "ratio_three_to_one": _spread(ratios),
         "ratios": [round(r, 3) for r in ratios],
-        "steady_ratio_three_to_one": _spread(
-            [
-                three["steady_messages_per_s"] / one["steady_messages_per_s"]
-                for one, three in zip(runs[::2], runs[1::2], strict=True)
-                if one["steady_messages_per_s"] and three["steady_messages_per_s"]
-            ]
-            or [0.0]
-        ),
+        "steady_ratio_three_to_one": _spread(_ratios(runs, "steady_messages_per_s") or [0.0]),
         "requests_per_message": {
             str(n): _spread([r["per_message"]["total"] for r in runs if r["processes"] == n])
             for n in (1, 3)
@@ -196,7 +217,7 @@ def _pool_drain(target: Target, plan: Plan, handlers: Path, processes: int) -> d
     with DelayProxy(target.endpoint_url, AWS_LIKE) as proxy, tempfile.TemporaryDirectory() as tmp:
         outs = [Path(tmp) / f"{n}.json" for n in range(processes)]
         proxy.counts(reset=True)
-        children = resource.getrusage(resource.RUSAGE_CHILDREN)
+        usage = _usage(target, proxy, _children_seconds).start()
         started = time.monotonic()
         procs = [
             _spawn(target, proxy.url, space, handlers, threads, out, "dev" if n == 0 else "worker")
@@ -205,13 +226,13 @@ def _pool_drain(target: Target, plan: Plan, handlers: Path, processes: int) -> d
         codes = [p.wait() for p in procs]
         elapsed = time.monotonic() - started
         # Before the proxy's exit: its CPU is a child's too, and not the runtime's.
-        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        used = usage.stop()
         counts = proxy.counts()
         times = [json.loads(out.read_text()) if out.exists() else {} for out in outs]
-    cpu = (after.ru_utime - children.ru_utime) + (after.ru_stime - children.ru_stime)
+    cpu = used["cpu_s"]["runtime"]
     if any(codes):
         print(f"hiding: exit codes {codes}", file=sys.stderr)
-    steady = _steady(times, messages)
+    steady = steady_of_processes(times)
     return {
         "processes": processes,
         "threads_each": threads,
@@ -222,30 +243,16 @@ def _pool_drain(target: Target, plan: Plan, handlers: Path, processes: int) -> d
         "requests": counts,
         "per_message": per_message(counts, messages),
         "cpu_ms_per_message": round(cpu * 1000 / messages, 3),
+        "cpu": used,
         "exit_codes": codes,
         "load": load(),
     }
 
 
-def _steady(times: list[dict[str, Any]], messages: int) -> dict[str, Any]:
-    """The steady rate (first handler start in any process to the last finish in any), and when
-    each process handled its first message, from its start (`bench.hidingchild`)."""
-    starts = [t["first_start_ms"] for t in times if t.get("first_start_ms")]
-    finishes = [t["last_finish_ms"] for t in times if t.get("last_finish_ms")]
-    if not starts or not finishes:
-        return {"steady_seconds": None, "steady_messages_per_s": None, "first_handler_s": []}
-    span = max((max(finishes) - min(starts)) / 1000, 1e-3)
-    return {
-        "steady_seconds": round(span, 2),
-        "steady_messages_per_s": round(messages / span, 1),
-        "first_handler_s": [
-            round((t["first_start_ms"] - t["process_start_ms"]) / 1000, 2)
-            if t.get("first_start_ms")
-            else None
-            for t in times
-        ],
-        "handled": [t.get("handled", 0) for t in times],
-    }
+def _children_seconds() -> float:
+    """CPU of this process's children that have exited and been waited for (the runtimes)."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def _spawn(

@@ -2,10 +2,10 @@
 it, noting when this process's handlers ran (issue 22, item 4).
 
 The command line is `s3queue.local.cli`'s, unchanged; only an event listener is added to its
-runtime, which keeps the first ``handler_start`` and the last ``handler_finish`` (two numbers,
-no I/O while it runs) and writes them, with when the process started and when its runtime did,
-to `OUT` as JSON at exit. So the scenario can tell a drain's steady rate (first handler start in
-any process to last handler finish in any) from its wall time, which also counts interpreter
+runtime, which keeps the first ``handler_start`` and the time of every ``handler_finish`` (no
+I/O while it runs) and writes them, with when the process started and when its runtime did,
+to `OUT` as JSON at exit. So the scenario can tell a drain's steady rate (the middle of the
+finishes of all processes, `bench.drainrate`) from its wall time, which also counts interpreter
 start-up, connecting, the leader's lease and the ``--drain`` checks before exit.
 """
 
@@ -25,13 +25,15 @@ from s3queue.local import cli, dev  # noqa: E402
 
 
 class Times:
-    """First handler start and last handler finish, in ms since the epoch."""
+    """First handler start, every handler finish (the drain's steady middle: `bench.drainrate`),
+    in ms since the epoch."""
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.first_start: int | None = None
         self.last_finish: int | None = None
         self.handled = 0
+        self.finishes: list[int] = []
         self.runtime: float | None = None
 
     def __call__(self, event: Event) -> None:
@@ -43,6 +45,7 @@ class Times:
             with self.lock:
                 self.handled += 1
                 self.last_finish = event.at_ms
+                self.finishes.append(event.at_ms)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -51,6 +54,7 @@ class Times:
             "first_start_ms": self.first_start,
             "last_finish_ms": self.last_finish,
             "handled": self.handled,
+            "finishes_ms": self.finishes,
             "exit_ms": round(time.time() * 1000),
         }
 

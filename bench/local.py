@@ -32,6 +32,8 @@ class Tracker:
         self.finished = 0
         self.first_start_ms: int | None = None
         self.last_finish_ms: int | None = None
+        self.finishes_ms: list[int] = []
+        """When each handler finished: the drain's steady middle (`bench.drainrate`)."""
         self.dispatched: set[str] = set()
         self.applied: set[str] = set()
         self.claimed_ms: dict[str, int] = {}
@@ -57,6 +59,7 @@ class Tracker:
             elif event.kind == "handler_finish":
                 self.finished += 1
                 self.last_finish_ms = event.at_ms
+                self.finishes_ms.append(event.at_ms)
             elif event.kind == "dispatch":
                 self.dispatched.add(str(fields["ticket"]))
                 self.dispatch_ticks.add(event.at_ms)

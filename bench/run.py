@@ -73,7 +73,7 @@ WEIGHTS = {
     "payload": 20,
     "aws_sim": 60,
     "flow": 25,
-    "hiding": 150,
+    "hiding": 400,
 }
 """Rough seconds each scenario takes at default sizes: the progress bar's proportions."""
 
@@ -91,6 +91,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--workers", help="throughput: worker counts, e.g. 1,4,16")
     parser.add_argument("--scale", help="scale: backlog sizes, e.g. 1000,10000,100000")
     parser.add_argument("--payload-bytes", type=int, help="payload: the file's size in bytes")
+    parser.add_argument(
+        "--hiding", help="hiding: single, packed and process-drain messages, e.g. 8000,100000,8000"
+    )
     parser.add_argument("--sim-queues", help="aws_sim: queues per coordinator, e.g. 1,2,4")
     parser.add_argument("--sim-seconds", type=float, help="aws_sim: measured virtual seconds")
     parser.add_argument(
@@ -122,6 +125,10 @@ def choose_plan(args: argparse.Namespace) -> Plan:
         plan = replace(plan, scale_backlogs=_ints(args.scale))
     if args.payload_bytes:
         plan = replace(plan, payload_bytes=args.payload_bytes)
+    if args.hiding:
+        single, packed, pool = _ints(args.hiding)
+        plan = replace(plan, hiding_messages=single, hiding_packed=packed)
+        plan = replace(plan, hiding_pool_messages=pool)
     return _sim_plan(plan, args)
 
 

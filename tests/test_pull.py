@@ -236,3 +236,34 @@ def test_a_claimed_ticket_is_read_again_only_once_its_lease_may_have_run_out() -
     # never claimable again, so never read again)
     assert polls == [{"LIST": 1, "GET": 1}, {"LIST": 1}, {"LIST": 1, "GET": 1}, {"LIST": 1}]
     assert len(kept) == 1
+
+
+def test_a_poll_reads_its_new_tickets_at_once() -> None:
+    import threading
+    from collections.abc import Callable
+    from typing import Any
+
+    from s3queue.common.concurrency import Threads, in_order
+    from s3queue.local.pool import WorkerPool
+    from s3queue.local.pulling import PULL_READS, PullLoop
+
+    # GIVEN three published tickets nobody was invoked with
+    h = Harness(settings=QueueSettings(batch_size=1))
+    for i in range(3):
+        h.queue.enqueue(i)
+    h.tick()
+    batches: list[int] = []
+
+    def run_all(jobs: list[Callable[[], Any]]) -> list[Any]:
+        batches.append(len(jobs))
+        return in_order(jobs)
+
+    puller = Puller(h.storage, h.queue.keys, run_all=run_all)
+    # WHEN a puller polls
+    assert len(puller.poll(5)) == 3
+    # THEN its three GETs were handed over together, not one after another
+    assert batches == [3]
+    # AND the local pull loop reads them on threads of its own
+    loop = PullLoop(h.storage, "s3queue", ["q"], WorkerPool(lambda p: None, 1), threading.Event())
+    reads = loop.pullers["q"].run_all
+    assert isinstance(reads, Threads) and reads.size == PULL_READS > 1

@@ -8,7 +8,10 @@ the next poll due, not sooner: the leader's coordinator offers its own threads n
 directly): an idle runtime costs one LIST per queue per `PULL_IDLE` (12 a minute per queue with
 the default 5 s). A poll that took nothing but listed tickets others work backs off only to
 `PULL_SEEN`: the queue is busy, its next tickets come soon, and a process with free threads
-that waited 5 s for them would add nothing to a fleet (issue 22, item 4).
+that waited 5 s for them would add nothing to a fleet (issue 22, item 4). Nor does a loop
+ramp towards `PULL_IDLE` in its first `PULL_JOINING` seconds: a fleet started together
+(``s3queue dev`` beside ``s3queue worker``s) finds no ticket until the leader's first tick, and
+a worker that had backed off to 1.6-3.2 s by then joined the drain 2-4 s late.
 
 What the runtime knows is not asked of S3: a ticket its coordinator published while no thread
 was free is `hold`-en here and handed to the next free thread without a LIST or a GET
@@ -23,6 +26,7 @@ import time
 from collections.abc import Callable, Mapping
 from queue import Empty, SimpleQueue
 
+from s3queue.common.concurrency import Threads
 from s3queue.errors import StorageError
 from s3queue.local.pool import WorkerPool
 from s3queue.protocol.keys import QueueKeys
@@ -39,12 +43,22 @@ PULL_SEEN = 0.8
 PULL_IDLE = 5.0
 """The longest wait between polls that find nothing (the idle cost, and how long an idle
 standby takes to join in when work appears)."""
+PULL_READS = 8
+"""Tickets one poll reads at once (`Puller`'s `run_all`): new tickets of a busy queue are read
+in a round trip or two, not one after another."""
+PULL_JOINING = 5.0
+"""Seconds after the loop starts in which a poll that found nothing waits at most `PULL_SEEN`:
+a process started with (or just before) its queue's coordinator finds the first tickets within
+`PULL_SEEN` of their publication. The price, once per process start: 12 LISTs per queue in
+its first 20 idle seconds where the ramp made 7 (polls at 0, 0.4, 1.2, 2, ... 5.2, 6.8, 10, 15
+s against 0, 0.4, 1.2, 2.8, 6, 11, 16 s); an idle process then costs one LIST per `PULL_IDLE`
+per queue as before."""
 
 
 def next_delay(delay: float, found: bool, busy_elsewhere: bool, idle: float = PULL_IDLE) -> float:
     """The wait before the next poll after one that waited `delay`: `PULL_BUSY` after work was
-    found, else twice as long, up to `PULL_SEEN` while others work the queue's tickets, up to
-    `idle` while it has none."""
+    found, else twice as long, up to `PULL_SEEN` while others work the queue's tickets (or the
+    loop is joining: `PULL_JOINING`), up to `idle` while it has none."""
     if found:
         return PULL_BUSY
     return min(max(delay, PULL_BUSY) * 2, PULL_SEEN if busy_elsewhere else idle)
@@ -64,13 +78,15 @@ class PullLoop:
         idle: float = PULL_IDLE,
         applying: Callable[[], frozenset[str]] = frozenset,
     ) -> None:
+        reads = Threads(PULL_READS, "s3queue-pull-read")
         self.pullers: Mapping[str, Puller] = {
-            name: Puller(storage, QueueKeys(prefix, name)) for name in queues
+            name: Puller(storage, QueueKeys(prefix, name), run_all=reads) for name in queues
         }
         self.pool, self.stop, self.idle = pool, stop, idle
         self.applying = applying
         """The tickets this process applies behind its threads (behind.py): its own writes."""
         self._turn = 0
+        self.started = time.monotonic()
         self._held: SimpleQueue[Invocation] = SimpleQueue()
 
     def hold(self, payload: Invocation) -> None:
@@ -81,6 +97,7 @@ class PullLoop:
 
     def run(self) -> None:
         delay, due, deadline = PULL_BUSY, 0.0, 0.0
+        self.started = time.monotonic()
         while not self.stop.is_set():
             self.pool.freed.clear()  # before looking: a thread freed from now on wakes the wait
             self.hand_out()
@@ -88,11 +105,16 @@ class PullLoop:
             stale = any(puller.stale() for puller in self.pullers.values())
             if (now >= due or stale) and self.pool.free():
                 found = self.poll_once()
-                delay = next_delay(delay, found > 0, self.busy_elsewhere(), self.idle)
+                soon = self.busy_elsewhere() or self.joining(now)
+                delay = next_delay(delay, found > 0, soon, self.idle)
                 # After work found, a freed thread polls at once; after none, at the deadline.
                 due, deadline = (now if found else now + delay), now + delay
             wait = max(deadline - now, 0.0) if self.pool.free() else self.idle
             self.pool.freed.wait(wait)
+
+    def joining(self, now: float) -> bool:
+        """Whether the loop started less than `PULL_JOINING` seconds before `now`."""
+        return now - self.started < PULL_JOINING
 
     def busy_elsewhere(self) -> bool:
         """Whether the last poll listed tickets other processes work (`Puller.others`)."""

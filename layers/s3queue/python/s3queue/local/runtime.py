@@ -31,7 +31,7 @@ from s3queue.dispatching.service import ServeResult, ServeSettings, serve
 from s3queue.local.loader import Handlers, LocalQueue, load_handlers
 from s3queue.local.monitor import Progress, reach, watch
 from s3queue.local.pool import WorkerPool
-from s3queue.local.pulling import PullLoop
+from s3queue.local.pulling import PULL_READS, PullLoop
 from s3queue.operations import admin
 from s3queue.protocol.deadletters import DeadLetter
 from s3queue.protocol.keys import QueueKeys
@@ -320,9 +320,10 @@ def _summary(
 def connections(queues: int, workers: int, coordination: CoordinatorSettings) -> int:
     """The S3 requests a runtime may have in flight at once: each queue's worker reads
     `READ_AHEAD` objects ahead and its coordinator publishes `publish_concurrency` tickets at
-    once, besides one request per worker thread and one per apply behind it (behind.py)."""
+    once, besides one request per worker thread and one per apply behind it (behind.py), and
+    the pull loop's ticket reads (`PULL_READS`)."""
     per_queue = READ_AHEAD + max(coordination.publish_concurrency, 1)
-    return max(queues, 1) * per_queue + 2 * workers
+    return max(queues, 1) * per_queue + 2 * workers + PULL_READS
 
 
 def _s3_storage(bucket: str | None, s3: Any, needed: int) -> Storage:

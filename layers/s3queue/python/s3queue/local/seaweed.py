@@ -92,6 +92,11 @@ class EmbeddedS3:
             raise RuntimeError("EmbeddedS3 is not started")
         return f"http://127.0.0.1:{self.ports['s3']}"
 
+    @property
+    def pid(self) -> int | None:
+        """The server process's id while it runs (its CPU is measured beside a benchmark's)."""
+        return None if self._process is None else self._process.pid
+
     def start(self) -> EmbeddedS3:
         """Start the server, wait until S3 answers, create the buckets; idempotent."""
         if self._process is not None:

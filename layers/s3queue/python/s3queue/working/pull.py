@@ -30,6 +30,10 @@ for less than `TRUST_MS` (learnt, or seen unchanged by the last LIST): past that
 process may have claimed them, and only a poll's LIST that still shows them unchanged renews
 them (`stale` says when one is due).
 
+The tickets one poll must read are read at once (`run_all`: the local pull loop's threads):
+a poll that finds 30 new tickets of a busy queue waited 30 GETs one after another (600 ms at
+20 ms a GET), and by then the leader's own threads had claimed most of them.
+
 A ticket offered but not claimed (another won it, or it is fenced, or its epoch's seal is
 pending) is not offered again by the same puller while its ETag is unchanged, for `RETRY_MS`:
 a fenced ticket waits for the leader to drop it, and polling it in a loop would only spin.
@@ -38,12 +42,14 @@ a fenced ticket waits for the leader to drop it, and polling it in a loop would 
 from __future__ import annotations
 
 from collections.abc import Callable, Collection
+from functools import partial
 
 from s3queue.common.clock import Clock, SystemClock
+from s3queue.common.concurrency import RunAll, in_order, settled
 from s3queue.errors import MalformedMessage
 from s3queue.protocol.keys import QueueKeys
 from s3queue.protocol.tickets import Invocation, Ticket
-from s3queue.storage.base import Storage
+from s3queue.storage.base import Object, Storage
 
 RETRY_MS = 2_000
 """How long a puller leaves a pending ticket it offered alone, while it stays unchanged."""
@@ -54,9 +60,17 @@ TRUST_MS = 1_000
 class Puller:
     """Finds pending tickets of one queue, partitions in turn, for a worker to claim."""
 
-    def __init__(self, storage: Storage, keys: QueueKeys, clock: Clock | None = None) -> None:
+    def __init__(
+        self,
+        storage: Storage,
+        keys: QueueKeys,
+        clock: Clock | None = None,
+        run_all: RunAll = in_order,
+    ) -> None:
         self.storage, self.keys = storage, keys
         self.clock = clock or SystemClock()
+        self.run_all = run_all
+        """How a poll's ticket GETs run: one by one (`in_order`), or at once on threads."""
         self._offered: dict[str, tuple[str, int]] = {}
         """Ticket key -> (ETag, when) it was last offered."""
         self._seen: dict[str, tuple[str, float]] = {}
@@ -129,11 +143,16 @@ class Puller:
             for k, (etag, at) in self._offered.items()
             if listed.get(k) == etag and now - at < RETRY_MS
         }
-        for key in listed:
-            if key in self._pending or key in self._seen:
-                continue
-            if self.keys.parse_ticket(key) is not None:
-                self._read(key)
+        unread = [
+            key
+            for key in listed
+            if key not in self._pending
+            and key not in self._seen
+            and self.keys.parse_ticket(key) is not None
+        ]
+        found = settled(self.run_all, [partial(self.storage.get, key) for key in unread])
+        for key, obj in zip(unread, found, strict=True):
+            self._read(key, obj)
         self._known = dict.fromkeys(self._pending, now)
         return self._hand_out(limit, now)
 
@@ -169,8 +188,7 @@ class Puller:
                     self._served, self._turns = partition, True
         return taken
 
-    def _read(self, key: str) -> None:
-        obj = self.storage.get(key)
+    def _read(self, key: str, obj: Object | None) -> None:
         if obj is None:
             return  # finished since the LIST
         try:
