@@ -187,3 +187,18 @@ def test_the_simulated_lanes_hand_out_each_result_as_its_job_returns() -> None:
     assert [i for i, _ in seen] == [5, 4, 3, 2, 1, 0]
     assert seen[0][1] == 20.0  # job 5 ran second on a lane: two rounds of 10 ms
     assert seen[-1][1] == 100.0  # the slow one, on its own lane
+
+
+def test_threads_that_share_a_worker_share_more_read_lanes_and_the_client_has_room() -> None:
+    """One walk (a Lambda's) reads `READ_AHEAD` objects at once; the local runtime's threads
+    share one worker per queue, so its read pool grows with them, and so does the client's
+    connection pool the runtime asks for."""
+    from s3queue.local.runtime import LOCAL_COORDINATION, connections
+    from s3queue.working.readahead import READ_LANES_PER_THREAD, read_lanes, read_pool
+
+    assert read_lanes(1) == read_lanes(4) == READ_AHEAD
+    assert read_lanes(16) == 16 * READ_LANES_PER_THREAD > READ_AHEAD
+    assert read_pool(16).size == read_lanes(16)
+    assert connections(1, 16, LOCAL_COORDINATION) - connections(1, 4, LOCAL_COORDINATION) >= (
+        read_lanes(16) - read_lanes(4)
+    )

@@ -1,12 +1,12 @@
 """`run_local`: the coordinator loop and a pool of worker threads in one process, on any S3.
 
-The same code paths as on Lambda: `serve` over one `Coordinator` per queue, and
-`Worker.process` per ticket payload with a Lambda-like remaining time. A local invoker (a queue
-of payloads) stands in for ``lambda:Invoke``. Several runtimes on one bucket, on any hosts,
-cooperate: each queue's lease decides which one dispatches; the leader hands a ticket to its own
-pool only when a thread is free, and every runtime's pull loop (`pulling.py`) claims the pending
-tickets it has threads for, so all of them run handlers. With ``coordinate=False`` a runtime
-only works (``s3queue worker``): a fleet of those beside one or more ``s3queue dev``.
+The same code paths as on Lambda: `serve` over one `Coordinator` per queue, `Worker.process`
+per ticket payload with a Lambda-like remaining time, and a local invoker (a queue of payloads)
+for ``lambda:Invoke`` (threads share one worker per queue). Several runtimes on one bucket,
+on any hosts, cooperate: each queue's lease decides which one dispatches; the leader hands a
+ticket to its own pool only when a thread is free, and every runtime's pull loop (`pulling.py`)
+claims the pending tickets it has threads for, so all of them run handlers. A runtime with
+``coordinate=False`` only works (``s3queue worker``), beside one or more ``s3queue dev``.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ from s3queue.protocol.keys import QueueKeys
 from s3queue.protocol.tickets import Invocation
 from s3queue.storage.base import Storage
 from s3queue.working.behind import ApplyBehind
-from s3queue.working.readahead import READ_AHEAD
+from s3queue.working.readahead import read_lanes, read_pool
 from s3queue.working.worker import Worker
 
 log = logging.getLogger(__name__)
@@ -52,7 +52,7 @@ LOCAL_SERVE = ServeSettings(
     reserve=0.0,
 )
 """Poll often (an idle queue is probed once a second: a first message starts within about a
-second; against real S3 that is 60 LISTs a minute per queue), never end by itself."""
+second; 60 LISTs a minute per queue against real S3), never end by itself."""
 LOCAL_COORDINATION = CoordinatorSettings(lease_ttl=3.0, skew_tolerance=1.0)
 """A short leader lease: when a leader process dies, another runtime takes over about
 `lease_ttl` (by S3's clock, plus up to 2 s of its one-second resolution) after its last renewal,
@@ -153,6 +153,7 @@ class _Runtime:
                 listener=self._on_event,
                 heartbeat_thread=True,
                 behind=self.behind,
+                read_ahead=read_pool(workers),
             )
             for name, spec in handlers.items()
         }
@@ -319,10 +320,10 @@ def _summary(
 
 def connections(queues: int, workers: int, coordination: CoordinatorSettings) -> int:
     """The S3 requests a runtime may have in flight at once: each queue's worker reads
-    `READ_AHEAD` objects ahead and its coordinator publishes `publish_concurrency` tickets at
+    `read_lanes` objects ahead and its coordinator publishes `publish_concurrency` tickets at
     once, besides one request per worker thread and one per apply behind it (behind.py), and
     the pull loop's ticket reads (`PULL_READS`)."""
-    per_queue = READ_AHEAD + max(coordination.publish_concurrency, 1)
+    per_queue = read_lanes(workers) + max(coordination.publish_concurrency, 1)
     return max(queues, 1) * per_queue + 2 * workers + PULL_READS
 
 
