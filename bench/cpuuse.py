@@ -18,6 +18,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable, Mapping
+from functools import partial
 from typing import Any
 
 Source = Callable[[], float]
@@ -25,20 +26,21 @@ BOUND_IDLE = 0.15
 """Below this share of the machine idle over a run, the run is CPU-bound."""
 
 
-def process_seconds(pid: int | None) -> Source:
+def cpu_of(pid: int | None) -> float:
     """The CPU seconds (user + system) `pid` has used so far; 0 if it is unknown or gone."""
+    if pid is None:
+        return 0.0
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
-    def read() -> float:
-        if pid is None:
-            return 0.0
-        try:
-            with open(f"/proc/{pid}/stat") as stat:
-                fields = stat.read().rsplit(")", 1)[1].split()
-        except OSError:
-            return 0.0
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
-    return read
+def process_seconds(pid: int | None) -> Source:
+    """A `Source` of `pid`'s CPU seconds so far (`cpu_of`)."""
+    return partial(cpu_of, pid)
 
 
 def machine_ticks() -> tuple[int, int]:

@@ -26,12 +26,13 @@ import asyncio
 import contextlib
 import http.client
 import json
-import os
 import subprocess
 import sys
 import urllib.parse
 from dataclasses import dataclass
 from types import TracebackType
+
+from bench.cpuuse import cpu_of
 
 HEAD_LIMIT = 64 * 1024
 CONTROL = "/__delay__"
@@ -264,14 +265,7 @@ class DelayProxy:
 
     def cpu_seconds(self) -> float:
         """CPU the proxy process has used so far (user + system, from /proc), 0 if unknown."""
-        if self._process is None:
-            return 0.0
-        try:
-            with open(f"/proc/{self._process.pid}/stat") as stat:
-                fields = stat.read().rsplit(")", 1)[1].split()
-        except OSError:
-            return 0.0
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        return cpu_of(None if self._process is None else self._process.pid)
 
 
 def main(argv: list[str] | None = None) -> None:
