@@ -193,12 +193,20 @@ def test_threads_that_share_a_worker_share_more_read_lanes_and_the_client_has_ro
     """One walk (a Lambda's) reads `READ_AHEAD` objects at once; the local runtime's threads
     share one worker per queue, so its read pool grows with them, and so does the client's
     connection pool the runtime asks for."""
+    from s3queue.local.console import CLI_POOL
     from s3queue.local.runtime import LOCAL_COORDINATION, connections
-    from s3queue.working.readahead import READ_LANES_PER_THREAD, read_lanes, read_pool
+    from s3queue.working.readahead import (
+        READ_LANES_MAX,
+        READ_LANES_PER_THREAD,
+        read_lanes,
+        read_pool,
+    )
 
     assert read_lanes(1) == read_lanes(4) == READ_AHEAD
     assert read_lanes(16) == 16 * READ_LANES_PER_THREAD > READ_AHEAD
+    assert read_lanes(64) == READ_LANES_MAX == read_lanes(16)
     assert read_pool(16).size == read_lanes(16)
     assert connections(1, 16, LOCAL_COORDINATION) - connections(1, 4, LOCAL_COORDINATION) >= (
         read_lanes(16) - read_lanes(4)
     )
+    assert connections(4, 128, LOCAL_COORDINATION) <= CLI_POOL  # the command line's client

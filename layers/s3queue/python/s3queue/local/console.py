@@ -19,10 +19,11 @@ if TYPE_CHECKING:
     from s3queue.local.runtime import RunSummary
     from s3queue.local.seaweed import EmbeddedS3
 
-CLI_POOL = 512
+CLI_POOL = 1024
 """Connections the command line's client may keep: the most a runtime it hands the client to
-makes at once (`local.runtime.connections`: 48 a queue, 2 a worker thread), with room to spare.
-A cap, not a cost: connections open on demand."""
+makes at once (`local.runtime.connections`: per queue its read lanes, 32 to 128 by the worker
+threads, and its publications; 2 a worker thread), with room to spare (4 queues and 128
+threads: 840). A cap, not a cost: connections open on demand."""
 
 
 class UsageError(S3QueueError):
