@@ -157,6 +157,7 @@ def test_a_claim_lost_to_a_fresh_commit_leaves_the_apply_to_its_committer() -> N
         h.queue.enqueue({"n": n})
     h.tick()
     [payload] = h.invocations
+    payload["pulled"] = True  # as pull.py hands it over: no reads ahead before the claim
     deferred = Deferred()
     h.worker.behind = deferred
     assert h.worker.process(payload, Recorder()).status == "committed"

@@ -604,7 +604,11 @@ class FreezeOnGet(MemoryStorage):
         return super().get(key, if_match=if_match)
 
 
-def test_a_worker_frozen_past_its_lease_does_not_start_another_handler() -> None:
+@pytest.mark.parametrize("where", ["reading the next object", "between handlers"])
+def test_a_worker_frozen_past_its_lease_does_not_start_another_handler(where: str) -> None:
+    """A pulled ticket's objects are read after its claim: the worker freezes in the GET of
+    "second". An invoked one's are read ahead while it is claimed (worker.py, `_early_stream`),
+    so there the worker freezes between the two handlers."""
     from s3queue.common.clock import FakeClock
 
     clock = FakeClock()
@@ -612,16 +616,18 @@ def test_a_worker_frozen_past_its_lease_does_not_start_another_handler() -> None
     h = Harness(storage=storage, clock=clock, settings=QueueSettings(visibility_timeout=VIS))
     h.queue.enqueue("first")
     h.queue.enqueue("second")
-    storage.key_part = h.keys("msg/")[1]  # the second message's object
     h.tick()
     payload = h.invocations.pop()
 
-    def freeze() -> None:  # while reading "second": the lease lapses and is reaped
+    def freeze() -> None:  # the lease lapses and is reaped meanwhile
         h.clock.advance(VIS + h.coordination.skew_tolerance + 1)
         h.tick()
 
-    storage.on_freeze = freeze
-    handler = Recorder()
+    if where == "reading the next object":
+        payload["pulled"] = True
+        storage.key_part = h.keys("msg/")[1]  # the second message's object
+        storage.on_freeze = freeze
+    handler = Recorder(lambda m: freeze() if where == "between handlers" else None)
     result = h.worker.process(payload, handler)
     assert result.status == "lost"
     assert handler.bodies() == ["first"]  # "second" was never started on the lapsed lease

@@ -22,10 +22,11 @@ from bench.simkernel import Kernel
 
 
 def test_a_large_ticket_is_read_at_most_read_window_objects_ahead() -> None:
-    """A ticket of 300 single messages, on a `RunAll` that only runs lists (`Batched`): after
-    the lease and its first object (read together before the claim), the reads submitted while
-    the handler moved on run together when the first of them is wanted: `READ_WINDOW` objects
-    at a time, the last run what is left."""
+    """A ticket of 300 single messages, on a `RunAll` that only runs lists (`Batched`): the
+    lease and the first `READ_WINDOW` objects are read together before the claim (an invoked
+    ticket's reads start before it is claimed), then the reads submitted while the handler
+    moved on run together when the first of them is wanted: `READ_WINDOW` objects at a time,
+    the last run what is left."""
     assert READ_WINDOW > READ_AHEAD
     h = Harness(settings=QueueSettings(batch_size=300, max_batch_size=300))
     for i in range(300):
@@ -41,7 +42,7 @@ def test_a_large_ticket_is_read_at_most_read_window_objects_ahead() -> None:
     handler = Recorder()
     h.work(handler)
     assert len(handler.seen) == 300
-    assert calls == [2, READ_WINDOW, READ_WINDOW, 299 - 2 * READ_WINDOW]
+    assert calls == [1 + READ_WINDOW, READ_WINDOW, 300 - 2 * READ_WINDOW]
 
 
 def test_the_simulated_pool_runs_at_most_its_size_at_once() -> None:
@@ -119,6 +120,47 @@ def test_a_handler_starts_when_its_own_object_is_read_not_its_windows_slowest() 
     assert len(handled) == 20
     assert order.index("handler 2") < order.index("slow GET returned")
     assert "gate timed out" not in order
+
+
+class GatedClaim(MemoryStorage):
+    """Memory storage whose conditional PUT of a ticket (the claim) waits until the GETs of
+    `wanted` message objects have started (or 10 s pass)."""
+
+    def __init__(self, wanted: int, order: list[str], clock: FakeClock) -> None:
+        super().__init__(clock)
+        self.wanted, self.order, self.started = wanted, order, 0
+        self.lock, self.reads = threading.Lock(), threading.Event()
+
+    def get(self, key: str, *, if_match: str | None = None) -> Object | None:
+        if "/msg/" in key:
+            with self.lock:
+                self.started += 1
+                if self.started >= self.wanted:
+                    self.reads.set()
+        return super().get(key, if_match=if_match)
+
+    def put(self, key: str, body: bytes, **kwargs: Any) -> str:
+        if "/tickets/" in key and kwargs.get("if_match") and not self.order:
+            self.order.append("claim" if self.reads.wait(10) else "claim before the reads")
+        return super().put(key, body, **kwargs)
+
+
+def test_an_invoked_tickets_objects_are_read_while_it_is_claimed() -> None:
+    """An invoked ticket's first objects are read while the lease is read and the ticket is
+    claimed, not after the claim: the claim's PUT waits here until the GETs of all 8 objects
+    started (read after the claim, they would wait for it, and the gate would time out)."""
+    clock = FakeClock()
+    order: list[str] = []
+    storage = GatedClaim(8, order, clock)
+    h = Harness(settings=QueueSettings(batch_size=8), storage=storage, clock=clock)
+    for i in range(8):
+        h.queue.enqueue(i)
+    h.tick()
+    h.worker.read_ahead = Threads(READ_AHEAD, "test-read")
+    handler = Recorder()
+    h.work(handler)
+    assert sorted(handler.bodies()) == list(range(8))
+    assert order == ["claim"]
 
 
 def test_batched_runs_what_was_submitted_together_and_drops_what_was_cancelled() -> None:

@@ -48,6 +48,9 @@ class Invocation(TypedDict):
     held: NotRequired[Ticket]
     """The ticket itself, for a worker in the publisher's own process (the local runtime): no
     encode, no decode on the way. Never sent over the wire (invoke.py leaves it out)."""
+    pulled: NotRequired[bool]
+    """Found by a puller (pull.py), which other processes may be racing to claim: the worker
+    reads ahead only once it holds the claim. Local only, never sent over the wire."""
 
 
 @dataclass(slots=True)

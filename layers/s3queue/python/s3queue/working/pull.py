@@ -199,7 +199,9 @@ class Puller:
             self._seen[key] = (obj.etag, _quiet(ticket))
             return
         partition = ticket.tenant(self.keys)
-        self._pending[key] = (partition, ticket.invocation(key, obj.etag))
+        invocation = ticket.invocation(key, obj.etag)
+        invocation["pulled"] = True
+        self._pending[key] = (partition, invocation)
 
 
 def _quiet(ticket: Ticket | None) -> float:

@@ -44,6 +44,8 @@ class Walk:
     guard: Guard
     remaining_ms: Callable[[], int] | None
     throttle: Throttle | None
+    stream: Stream | None = None
+    """The claim's reads, if they started before it (worker.py, `_early_stream`)."""
 
     def run(self) -> None:
         """Record an outcome on the claim for every message this delivery has not recorded."""
@@ -143,7 +145,7 @@ class Walk:
         """The claim's messages in order, each as soon as its own object's read returned (the
         first object may have been read before the claim)."""
         refs = self.claim.ticket.refs
-        stream = Stream.of(Reader(self.worker, self.claim.loaded), refs)
+        stream = self.stream or Stream.of(Reader(self.worker, self.claim.loaded), refs)
         try:
             for at, ref in enumerate(refs):
                 result = stream.read(at)

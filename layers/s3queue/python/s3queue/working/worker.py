@@ -40,7 +40,7 @@ from s3queue.working.claim import Beating, Claim
 from s3queue.working.guard import Guard
 from s3queue.working.handle import Handler, Runner
 from s3queue.working.load import Loaded
-from s3queue.working.readahead import READ_AHEAD, Reader
+from s3queue.working.readahead import READ_AHEAD, Reader, Stream
 from s3queue.working.throttle import Throttle
 from s3queue.working.typed import bind
 from s3queue.working.walk import Walk
@@ -125,22 +125,45 @@ class Worker:
             return WorkResult(key, "gone")
         ticket, etag = found
         preloaded: dict[str, Loaded | None] = {}
-        refused = self._fenced(key, ticket, preloaded)
-        if refused is not None:
-            return refused
-        throttle = self._throttle(ticket)
-        if throttle is not None:  # starts taken before the claim (throttle.py)
-            stop = throttle.acquire(ticket.permit_messages, partial(self._time_short, remaining_ms))
-            if stop is not None:
-                self.emit("reject", self.clock.now_ms(), ticket=key, status="deferred", why=stop)
-                return WorkResult(key, "deferred")
-        claim = self._claim(key, ticket, etag, remaining_ms, preloaded)
-        if isinstance(claim, WorkResult):
-            if throttle is not None:
-                throttle.give_back()
-            return claim
-        guard = Guard(self._bind(handler), remaining_ms, self.settings.timeout)
-        return self._work(claim, guard, remaining_ms, throttle)
+        stream = None if invocation.get("pulled") else self._early_stream(ticket, preloaded)
+        try:
+            refused = self._fenced(key, ticket, preloaded, stream)
+            if refused is not None:
+                return refused
+            throttle = self._throttle(ticket)
+            if throttle is not None:  # starts taken before the claim (throttle.py)
+                stop = throttle.acquire(
+                    ticket.permit_messages, partial(self._time_short, remaining_ms)
+                )
+                if stop is not None:
+                    self.emit(
+                        "reject", self.clock.now_ms(), ticket=key, status="deferred", why=stop
+                    )
+                    return WorkResult(key, "deferred")
+            claim = self._claim(key, ticket, etag, remaining_ms, preloaded)
+            if isinstance(claim, WorkResult):
+                if throttle is not None:
+                    throttle.give_back()
+                return claim
+            if stream is not None and claim.ticket.refs != stream.refs:
+                stream.close()  # claimed as another generation: the walk reads its own refs
+                stream = None
+            guard = Guard(self._bind(handler), remaining_ms, self.settings.timeout)
+            return self._work(claim, guard, remaining_ms, throttle, stream)
+        finally:
+            if stream is not None:
+                stream.close()
+
+    def _early_stream(self, ticket: Ticket, preloaded: dict[str, Loaded | None]) -> Stream | None:
+        """A first delivery's read-ahead, started before the fencing check and the claim: its
+        first objects are read while the lease is read and the ticket claimed, not after (a
+        read changes nothing; a fenced or lost ticket's reads not yet started are dropped).
+        None for a redelivery (its walk skips what was recorded) or a ticket not pending; and
+        `process` starts none for a pulled ticket, which other processes race to claim (a lost
+        race would have read a window for nothing)."""
+        if ticket.generation > 0 or not ticket.refs or ticket.state != "pending":
+            return None
+        return Stream.of(Reader(self, preloaded), ticket.refs)
 
     def _throttle(self, ticket: Ticket) -> Throttle | None:
         """A pending rate-limited ticket's throttle (None: nothing limits its starts)."""
@@ -162,16 +185,25 @@ class Worker:
         return bound[1]
 
     def _fenced(
-        self, key: str, ticket: Ticket, preloaded: dict[str, Loaded | None]
+        self,
+        key: str,
+        ticket: Ticket,
+        preloaded: dict[str, Loaded | None],
+        stream: Stream | None = None,
     ) -> WorkResult | None:
         """Refuse a ticket the lease does not accept: fenced, or not yet sealed (deferred).
-        A first delivery's first object, which the claim reads next (`_first`), is read
-        at the same time: a read changes nothing, and a fenced ticket is rare."""
+        A first delivery's first object, which the claim reads next (`_first`), is read at
+        the same time, and with `stream` the walk's first objects too: a read changes nothing,
+        and a fenced ticket is rare."""
         lease_read = partial(read_lease, self.storage, self.keys.lease)
-        if ticket.generation > 0 or not ticket.refs or ticket.state != "pending":
+        first = ticket.refs[0] if ticket.refs else None
+        if first is None or ticket.generation > 0 or ticket.state != "pending":
             lease = lease_read()
+        elif stream is not None:  # the lease first in line, then the objects (a window)
+            pending = stream.submit(lease_read)
+            stream.read(0)
+            lease = pending.result()
         else:
-            first = ticket.refs[0]
             jobs: list[Callable[[], Any]] = [lease_read, partial(Reader(self, preloaded), first)]
             lease = settled(self.read_ahead, jobs)[0]
         verdict = lease.accepts(ticket.epoch, ticket.seq) if lease else False
@@ -187,12 +219,14 @@ class Worker:
         guard: Guard,
         remaining_ms: Callable[[], int] | None,
         throttle: Throttle | None = None,
+        stream: Stream | None = None,
     ) -> WorkResult:
-        """Run the claimed ticket's messages, commit, apply."""
+        """Run the claimed ticket's messages (`stream`: their reads, if started), commit,
+        apply."""
         key = claim.key
         try:
             with Beating(claim, self.heartbeat_thread):
-                Walk(self, claim, guard, remaining_ms, throttle).run()
+                Walk(self, claim, guard, remaining_ms, throttle, stream).run()
             claim.commit()
         except LeaseLost:
             self.emit("lease_lost", self.clock.now_ms(), ticket=key, owner=self.owner)
@@ -271,7 +305,7 @@ class Worker:
                 return WorkResult(key, "busy")
             first = self._first(ticket, preloaded, remaining_ms)
             claim = Claim(self, key, ticket, etag)
-            claim.loaded.update(preloaded)
+            claim.loaded = preloaded  # the early stream's cache: what it reads, the walk finds
             try:
                 claim.take(self.owner, first)
             except LeaseLost:
