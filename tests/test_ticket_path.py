@@ -104,7 +104,7 @@ def test_stats_and_an_invocation_are_exactly_their_typed_contracts() -> None:
     assert set(stats["partitions"]["acme"]) == set(Counts.__required_keys__)
     h.tick()
     [invocation] = h.invocations  # as a Lambda gets it: the document, never the object
-    assert set(invocation) == set(Invocation.__annotations__) - {"held"}
+    assert set(invocation) == set(Invocation.__annotations__) - {"held", "pulled"}
 
 
 def test_an_in_process_worker_gets_the_ticket_itself_not_its_json() -> None:

@@ -14,6 +14,8 @@ from typing import Any
 from s3queue.errors import InvokeFailed as InvokeFailed  # noqa: PLC0414 - re-exported from its old home
 from s3queue.protocol.tickets import Invocation
 
+LOCAL_ONLY = frozenset({"held", "pulled"})
+"""An `Invocation`'s fields for a worker in this process, never sent to Lambda."""
 ACCEPTED = 202
 """The status Lambda answers to an accepted ``Event`` invoke."""
 
@@ -34,7 +36,7 @@ class LambdaInvoker:
             FunctionName=function,
             InvocationType="Event",
             Payload=json.dumps(
-                {k: v for k, v in invocation.items() if k != "held"}, separators=(",", ":")
+                {k: v for k, v in invocation.items() if k not in LOCAL_ONLY}, separators=(",", ":")
             ).encode(),
         )
         status = int(response.get("StatusCode", 0))
