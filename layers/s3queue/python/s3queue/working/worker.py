@@ -1,6 +1,7 @@
 """The worker: claim a ticket, run the handler on each message, heartbeat, commit, apply.
 
     claim     GET lease (fencing check), PUT ticket If-Match   -> state claimed, lease_until
+              (an invoked ticket's first objects' GETs already going: `_early_stream`)
     run       GET each message object; handler per message; heartbeats record finished outcomes
     commit    PUT ticket If-Match with every outcome            -> the commit point
     apply     copies, deletes, DELETE ticket (apply.py): inline, or behind the thread while
