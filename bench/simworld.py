@@ -31,7 +31,7 @@ from s3queue.common.events import Event
 from s3queue.contract.settings import CoordinatorSettings, QueueSettings
 from s3queue.dispatching.coordinator import Coordinator
 from s3queue.dispatching.gauges import Gauges
-from s3queue.dispatching.invoke import LambdaInvoker
+from s3queue.dispatching.invoke import Background, LambdaInvoker
 from s3queue.dispatching.s3events import hot_queues
 from s3queue.dispatching.service import serve
 from s3queue.dispatching.sizing import Pace
@@ -205,6 +205,8 @@ class World:
 
     def _coordinate(self, event: dict[str, Any], context: SimContext, container: Any) -> None:
         storage, invoker, gauges, paces = container
+        # invokes sent from lanes of their own, drained before the run ends (as the function)
+        invokes = Background(self.kernel.pool(CoordinatorSettings().publish_concurrency).submit)
         coordinators = [
             Coordinator(
                 storage,
@@ -219,11 +221,24 @@ class World:
                 # a block's publications overlap, as many as its threads (publish_concurrency)
                 run_all=self.kernel.pool(CoordinatorSettings().publish_concurrency),
                 pace=paces[queue],
+                send=invokes,
             )
             for queue in self.queues
         ]
         for coordinator in coordinators:  # held across an S3 call: a real lock would stall
             coordinator.publisher.doubting = cast("threading.Lock", SimLock(self.kernel))
+        try:
+            self._serve(event, context, coordinators, gauges)
+        finally:
+            invokes.drain()
+
+    def _serve(
+        self,
+        event: dict[str, Any],
+        context: SimContext,
+        coordinators: list[Coordinator],
+        gauges: Gauges,
+    ) -> None:
         serve(
             coordinators,
             remaining_ms=context.get_remaining_time_in_millis,

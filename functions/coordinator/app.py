@@ -22,7 +22,7 @@ from s3queue.contract.environment import ENV_QUEUES, Environment
 from s3queue.contract.settings import CoordinatorSettings, QueueSettings
 from s3queue.dispatching.coordinator import Coordinator
 from s3queue.dispatching.gauges import Gauges
-from s3queue.dispatching.invoke import LambdaInvoker
+from s3queue.dispatching.invoke import Background, LambdaInvoker
 from s3queue.dispatching.s3events import created_key, hot_queues
 from s3queue.dispatching.schedules import Schedules
 from s3queue.dispatching.service import serve
@@ -36,6 +36,8 @@ tracer = Tracer(service=metric_names.SERVICE)
 
 UNITS = {metric_names.OLDEST_MESSAGE_AGE: MetricUnit.Seconds}
 """Every other gauge is a Count."""
+INVOKE_THREADS = CoordinatorSettings().publish_concurrency
+"""Invokes in flight at once: as many as a block's publications."""
 CLOCK: Clock = SystemClock()
 """The run's clock (tests put a FakeClock here)."""
 
@@ -60,6 +62,9 @@ class Container:
     gauges: Gauges
     publisher: Threads
     """The threads that publish a tick's tickets at once, shared by every run of the container."""
+    invokes: Background
+    """The threads that send the invokes, so that no tick waits for them (invoke.py); each run
+    drains them before it returns."""
     paces: dict[str, Pace]
     """How fast each queue's tickets finish (sizing.py), kept from run to run."""
     stepper: Threads
@@ -80,6 +85,7 @@ def container() -> Container:
         settings=env.queues.settings,
         gauges=Gauges(publish, CLOCK),
         publisher=Threads(CoordinatorSettings().publish_concurrency, "s3queue-publish"),
+        invokes=Background(Threads(INVOKE_THREADS, "s3queue-invoke").submit),
         paces={queue: Pace() for queue in env.queues.settings},
         stepper=Threads(len(env.queues.settings), "s3queue-queues"),
         schedules=Schedules(CLOCK),
@@ -100,6 +106,7 @@ def coordinators(app: Container, owner: str) -> list[Coordinator]:
             owner=owner,
             run_all=app.publisher,
             pace=app.paces[queue],
+            send=app.invokes,
         )
         for queue, settings in app.settings.items()
     ]
@@ -118,15 +125,18 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     """Serve every queue until they are idle or the invocation's time runs short."""
     app = container()
     logger.info("coordinator run", trigger=trigger(event), queues=sorted(app.settings))
-    result = serve(
-        coordinators(app, owner=context.aws_request_id[:12]),
-        remaining_ms=context.get_remaining_time_in_millis,
-        clock=CLOCK,
-        gauges=app.gauges,
-        hot=hot_queues(event, app.env.prefix) & app.settings.keys(),
-        run_all=app.stepper,
-        schedules=app.schedules,
-    )
+    try:
+        result = serve(
+            coordinators(app, owner=context.aws_request_id[:12]),
+            remaining_ms=context.get_remaining_time_in_millis,
+            clock=CLOCK,
+            gauges=app.gauges,
+            hot=hot_queues(event, app.env.prefix) & app.settings.keys(),
+            run_all=app.stepper,
+            schedules=app.schedules,
+        )
+    finally:
+        app.invokes.drain()  # no invoke left behind in a frozen container
     summary = result.to_dict()
     logger.info("coordinator run ended", **summary)
     return summary

@@ -35,7 +35,7 @@ from s3queue.dispatching.limits import Limits
 from s3queue.dispatching.planning import budgets_of, plan_round
 from s3queue.dispatching.probe import probe
 from s3queue.dispatching.publishing import Publisher
-from s3queue.dispatching.reconcile import Invoker, Known, Reconciler
+from s3queue.dispatching.reconcile import Invoker, Known, Reconciler, Send
 from s3queue.dispatching.view import (
     LiveRef,
     Memory,
@@ -95,6 +95,7 @@ class Coordinator:
         run_all: RunAll | None = None,
         pace: sizing.Pace | None = None,
         in_process: bool = False,
+        send: Send | None = None,
     ) -> None:
         self.storage = storage
         self.keys = QueueKeys(prefix, check_queue_name(queue))
@@ -123,6 +124,7 @@ class Coordinator:
             invoker=invoker,
             emit=self.emit,
             in_process=in_process,
+            send=send,
         )
         self.pace = pace or sizing.Pace()
         """How fast tickets have been finishing: about the handler, so kept across epochs (and

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 
 from s3queue.common.clock import Clock, ms
 from s3queue.common.events import Emitter
@@ -24,6 +25,8 @@ from s3queue.protocol.tickets import Invocation, Ticket
 from s3queue.storage.base import Entry, Storage, new_token, written_ago
 
 Invoker = Callable[[Invocation], None]
+Send = Callable[[Callable[[], None]], object]
+"""Runs an invoke elsewhere (invoke.py, `Background`) and returns at once."""
 """Starts a worker on a ticket (Lambda ``Event`` invoke, or a local pool)."""
 
 
@@ -66,11 +69,14 @@ class Reconciler:
         invoker: Invoker,
         emit: Emitter,
         in_process: bool = False,
+        send: Send | None = None,
     ) -> None:
         self.storage, self.keys, self.settings, self.config = storage, keys, settings, config
         self.lease, self.clock, self.invoker, self.emit = lease, clock, invoker, emit
         self.in_process = in_process
         """The invoker starts workers in this process: hand them the ticket, not its JSON."""
+        self.send = send
+        """Where invokes run (invoke.py, `Background`): None, in the tick itself."""
 
     def outranked(self, listed: list[Entry]) -> bool:
         """A ticket of a later epoch: another leader took over while we were paused (our lease
@@ -208,10 +214,18 @@ class Reconciler:
         return 1
 
     def invoke(self, key: str, found: Known, now: int, *, reason: str) -> None:
-        """Start a worker on the ticket; a failed invoke is retried after dispatch_timeout."""
+        """Start a worker on the ticket (on `send`'s threads if set: the tick does not wait for
+        the answer); a failed invoke is retried after dispatch_timeout."""
         found.invoked_ms = now
+        invocation = found.ticket.invocation(key, found.etag, held=self.in_process)
+        if self.send is not None:
+            self.send(partial(self._invoke, key, invocation, now, reason))
+        else:
+            self._invoke(key, invocation, now, reason)
+
+    def _invoke(self, key: str, invocation: Invocation, now: int, reason: str) -> None:
         try:
-            self.invoker(found.ticket.invocation(key, found.etag, held=self.in_process))
+            self.invoker(invocation)
         except Exception as exc:  # noqa: BLE001 - a lost invoke is retried after dispatch_timeout
             self.emit("invoke_failed", now, ticket=key, error=repr(exc))
             return
