@@ -389,6 +389,20 @@ class _Job:
             raise self.error
         return self.value
 
+    @staticmethod
+    def wait_any(jobs: list[_Job]) -> None:
+        """Park the caller until one of `jobs` ran (concurrency.py, `wait_any`); the others
+        forget it as their waiter, so that none wakes it later, wherever it waits then."""
+        kernel = jobs[0].kernel
+        me = kernel.actor()
+        while not any(job.done for job in jobs):
+            for job in jobs:
+                job.waiter = me
+            kernel.park(None, "read-ahead")
+        for job in jobs:
+            if job.waiter is me:
+                job.waiter = None
+
     def cancel(self) -> bool:
         if self.done or self.cancelled:
             return False

@@ -11,11 +11,13 @@ from typing import Any
 import pytest
 from harness import Harness, Recorder
 from s3queue.common.clock import FakeClock
-from s3queue.common.concurrency import Batched, Threads, in_order
+from s3queue.common.concurrency import Batched, Threads, in_order, is_done, wait_any
 from s3queue.contract.settings import QueueSettings
 from s3queue.message import Message
 from s3queue.storage import MemoryStorage
 from s3queue.storage.base import Object
+from s3queue.working.claim import Claim
+from s3queue.working.guard import Guard
 from s3queue.working.readahead import READ_AHEAD, READ_WINDOW
 
 from bench.simkernel import Kernel
@@ -252,3 +254,95 @@ def test_threads_that_share_a_worker_share_more_read_lanes_and_the_client_has_ro
         read_lanes(16) - read_lanes(4)
     )
     assert connections(4, 128, LOCAL_COORDINATION) <= CLI_POOL  # the command line's client
+
+
+def test_a_slow_get_holds_back_no_ungrouped_message_behind_it() -> None:
+    """Ungrouped library messages start in the order their objects' GETs return: the second
+    object's GET waits here until the other seven messages' handlers ran (in ref order, they
+    would wait for it, and the gate would time out first)."""
+    clock = FakeClock()
+    order: list[str] = []
+    second: list[str] = []
+    storage = Gated(lambda key: key in second, order, clock)
+    h = Harness(settings=QueueSettings(batch_size=8), storage=storage, clock=clock)
+    for i in range(8):
+        h.queue.enqueue(i)
+    second.append(sorted(h.keys("msg/"))[1])
+    h.tick()
+    h.worker.read_ahead = Threads(READ_AHEAD, "test-read")
+    handled: list[int] = []
+
+    def handler(message: Message) -> None:
+        handled.append(message.body)
+        if len(handled) == 7:
+            storage.opened.set()
+
+    h.work(handler)
+    assert "gate timed out" not in order
+    assert sorted(handled) == list(range(8)) and handled[-1] == 1
+    assert h.keys("msg/") == []
+
+
+def test_grouped_or_plain_put_messages_keep_their_order() -> None:
+    """A FIFO group's messages, and a plain PUT's (whose group may be in its body), are walked
+    in the ticket's order whatever returns first (walk.py, `_unordered`)."""
+    from s3queue.working.walk import Walk
+
+    def unordered(h: Harness) -> list[tuple[int, bool]]:
+        """Each ticket's number of refs, and whether its walk may go out of order."""
+        h.tick()
+        found = []
+        for payload in h.invocations:
+            ticket = h.worker._ticket(payload, str(payload["ticket"]))
+            assert ticket is not None
+            claim = Claim(h.worker, str(payload["ticket"]), *ticket)
+            walk = Walk(h.worker, claim, Guard(Recorder(), None, 60), None, None)
+            found.append((len(claim.ticket.refs), walk._unordered()))
+        return sorted(found)
+
+    plain = Harness()
+    plain.queue.enqueue(1)
+    plain.queue.enqueue(2)
+    assert unordered(plain) == [(2, True)]
+    grouped = Harness()
+    grouped.queue.enqueue(1, group="g")
+    grouped.queue.enqueue(2, group="g")
+    assert unordered(grouped) == [(2, False)]
+    inbox = Harness()
+    inbox.storage.put(inbox.queue.keys.inbox + "from-another-service.json", b'{"n": 2}')
+    assert unordered(inbox) == [(1, False)]
+
+
+def test_wait_any_returns_when_the_first_job_returns_in_real_and_virtual_time() -> None:
+    """concurrency.py's `wait_any`: on threads (Futures), on the AWS simulation's lanes (in
+    virtual time: 10 ms, not the slower job's 50), and on `Batched` (it runs them all)."""
+    gate = threading.Event()
+    threads = Threads(2, "test-any")
+    slow, quick = threads.submit(lambda: gate.wait(10)), threads.submit(lambda: 2)
+    wait_any([slow, quick])
+    assert is_done(quick) and not is_done(slow)
+    gate.set()
+    assert slow.result() is True
+
+    kernel = Kernel()
+    out: list[float] = []
+
+    def main() -> None:
+        lanes = kernel.pool(2)
+        start = kernel.local_ms()
+        jobs = [lanes.submit(lambda ms=ms: kernel.wait(ms, "job")) for ms in (50.0, 10.0)]
+        wait_any(jobs)
+        out.append(kernel.local_ms() - start)
+        out.append(float(is_done(jobs[1]) and not is_done(jobs[0])))
+        jobs[0].result()
+
+    kernel.spawn(main, at_ms=kernel.now, name="main", role="test")
+    kernel.run(kernel.now + 1_000)
+    kernel.stop()
+    assert 10 <= out[0] < 12 and out[1] == 1.0
+
+    ran: list[int] = []
+    submit = Batched(in_order)
+    batched = [submit(lambda i=i: ran.append(i)) for i in range(3)]
+    wait_any(batched)
+    assert ran == [0, 1, 2] and all(is_done(p) for p in batched)

@@ -15,10 +15,11 @@ together, when the first of it is wanted (`Batched`: the order and crash points 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from functools import partial
 from typing import Any, Protocol
 
@@ -71,6 +72,29 @@ class Threads:
             if self._pool is None:
                 self._pool = ThreadPoolExecutor(self.size, thread_name_prefix=self.name)
             return self._pool
+
+
+def is_done(pending: Pending) -> bool:
+    """Whether `pending` has returned, without waiting for it (a `Future`'s ``done()``; the
+    ``done`` flag of `Batched`'s cells and of the AWS simulation's jobs)."""
+    done = getattr(pending, "done", False)
+    return bool(done()) if callable(done) else bool(done)
+
+
+def wait_any(pending: list[Pending]) -> None:
+    """Return once one of `pending` has returned (at once if one has): `Future`s through
+    `concurrent.futures.wait`; a kind of its own with a ``wait_any`` (the AWS simulation's
+    jobs, in virtual time); else the first's result (`Batched` runs them all then)."""
+    if not pending or any(is_done(p) for p in pending):
+        return
+    own = getattr(type(pending[0]), "wait_any", None)
+    if own is not None:
+        own(pending)
+    elif all(isinstance(p, Future) for p in pending):
+        wait(pending, return_when=FIRST_COMPLETED)  # type: ignore[arg-type]
+    else:
+        with contextlib.suppress(Exception):  # raised where that result is wanted
+            pending[0].result()
 
 
 def submitter(run_all: RunAll) -> Submit:

@@ -16,7 +16,15 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Protocol
 
-from s3queue.common.concurrency import Pending, RunAll, Submit, Threads, submitter
+from s3queue.common.concurrency import (
+    Pending,
+    RunAll,
+    Submit,
+    Threads,
+    is_done,
+    submitter,
+    wait_any,
+)
 from s3queue.contract.settings import QueueSettings
 from s3queue.errors import S3QueueError
 from s3queue.protocol.keys import QueueKeys
@@ -119,10 +127,18 @@ class Stream:
     def of(cls, reader: Reader, refs: list[Ref]) -> Stream:
         return cls(reader, refs, submitter(reader.source.read_ahead))
 
-    def read(self, at: int) -> Loaded | None:
-        """`refs[at]`'s object (read now if its read-ahead failed; its error raised then)."""
+    def ready(self, at: int) -> bool:
+        """Whether `refs[at]`'s object can be handed out without waiting (read, or its
+        read-ahead returned)."""
+        pending = self._pending.get(at)
+        return self.refs[at].key in self.reader.cache or (pending is not None and is_done(pending))
+
+    def read(self, at: int, base: int | None = None) -> Loaded | None:
+        """`refs[at]`'s object (read now if its read-ahead failed; its error raised then).
+        `base`: the first object the handler has not had yet, if not `at` (the window counts
+        from it)."""
         ref = self.refs[at]
-        self._top_up(at)
+        self._top_up(at if base is None else base)
         pending = self._pending.pop(at, None)
         if pending is not None:
             self._bytes -= ref.size
@@ -130,6 +146,16 @@ class Stream:
             if found is not None:
                 self.reader.cache[found[0]] = found[1]
         return self.reader(ref)
+
+    def read_ahead_from(self, base: int) -> None:
+        """Start the reads the bounds let in, counting the window from `base`."""
+        self._top_up(base)
+
+    def wait_any(self, indexes: list[int]) -> None:
+        """Return once one of `indexes`' objects is `ready` (concurrency.py, `wait_any`)."""
+        if any(self.ready(i) for i in indexes):
+            return
+        wait_any([self._pending[i] for i in indexes if i in self._pending])
 
     def _top_up(self, at: int) -> None:
         """Submit the reads of the objects after `at` that the bounds let in."""

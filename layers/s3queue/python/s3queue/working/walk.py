@@ -20,7 +20,7 @@ from s3queue.protocol.tickets import Outcome, Ref
 from s3queue.working.claim import Claim
 from s3queue.working.guard import Guard
 from s3queue.working.handle import Runner
-from s3queue.working.readahead import Reader, Source, Stream
+from s3queue.working.readahead import READ_WINDOW, Reader, Source, Stream
 from s3queue.working.throttle import Throttle
 
 __all__ = ["Walk", "Walker"]
@@ -142,19 +142,47 @@ class Walk:
             claim.beat()
 
     def _messages(self) -> Iterator[tuple[Ref, int, Record, str | None]]:
-        """The claim's messages in order, each as soon as its own object's read returned (the
-        first object may have been read before the claim)."""
+        """The claim's messages, each as soon as its own object's read returned (the first
+        object may have been read before the claim): in order; or, for a ticket of ungrouped
+        library messages (`_unordered`), an object whose read returned before an earlier
+        one's goes first, so that one slow GET does not hold back every message behind it
+        (issue 22's p99). An object's own messages always go in order."""
         refs = self.claim.ticket.refs
         stream = self.stream or Stream.of(Reader(self.worker, self.claim.loaded), refs)
         try:
-            for at, ref in enumerate(refs):
-                result = stream.read(at)
+            order = self._order(stream) if self._unordered() else ((i, i) for i in range(len(refs)))
+            for at, base in order:
+                result = stream.read(at, base)
                 if result is None:
                     continue
                 for index, record in enumerate(result.records):
-                    yield ref, index, record, result.error
+                    yield refs[at], index, record, result.error
         finally:
             stream.close()
+
+    def _order(self, stream: Stream) -> Iterator[tuple[int, int]]:
+        """The objects' indexes, each the first one (within the read-ahead window) whose read
+        has returned, waiting for the first of them to return if none has; each with the
+        first one left (the window counts from it)."""
+        left = list(range(len(stream.refs)))
+        while left:
+            base = left[0]
+            stream.read_ahead_from(base)
+            window = left[:READ_WINDOW]
+            stream.wait_any(window)
+            at = next((i for i in window if stream.ready(i)), base)
+            left.remove(at)
+            yield at, base
+
+    def _unordered(self) -> bool:
+        """Whether no order binds this ticket's objects: every one a library message of no
+        FIFO group (a plain PUT's object in the inbox may carry a group in its body)."""
+        keys = self.worker.keys
+        for ref in self.claim.ticket.refs:
+            parsed = keys.owning(ref.key).parse_msg(ref.key)
+            if parsed is None or parsed.group is not None:
+                return False
+        return True
 
     def _release(self, ref: Ref, record: Record, why: str) -> None:
         now = self.worker.clock.now_ms()
