@@ -4,6 +4,7 @@ a sibling's (write tokens, message ids), and forked runtimes share a queue's wor
 from __future__ import annotations
 
 import json
+import multiprocessing
 import os
 import subprocess
 import sys
@@ -110,6 +111,12 @@ def test_three_forked_runtimes_run_every_message_once(seaweed: EmbeddedS3, bucke
     queue = Queue("jobs", storage=storage)
     ids = [queue.enqueue({"n": i}) for i in range(90)]
     ids += queue.enqueue_many([{"n": i} for i in range(90, 120)])
+    # The first process to run a message holds its handlers until another process has run one
+    # (or 60 s pass): a runtime that got the lease and its own threads' tickets fast enough ran
+    # all 120 alone, and "the work was shared" failed for no fault of the sharing. Held, its
+    # tickets wait in S3, where only the other processes can take them.
+    fork = multiprocessing.get_context("fork")
+    opener, lock, shared = fork.Value("i", 0), fork.Lock(), fork.Event()
     with tempfile.TemporaryDirectory() as folder:
         log = Path(folder) / "runs.log"
 
@@ -120,6 +127,13 @@ def test_three_forked_runtimes_run_every_message_once(seaweed: EmbeddedS3, bucke
                 os.write(fd, (line + "\n").encode())  # one append: atomic between processes
             finally:
                 os.close(fd)
+            with lock:
+                if not opener.value:
+                    opener.value = os.getpid()
+                elif opener.value != os.getpid():
+                    shared.set()
+            if opener.value == os.getpid():
+                shared.wait(60)
 
         def runtime(_: int) -> str:
             summary = run_local(
