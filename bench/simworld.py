@@ -228,28 +228,19 @@ class World:
         for coordinator in coordinators:  # held across an S3 call: a real lock would stall
             coordinator.publisher.doubting = cast("threading.Lock", SimLock(self.kernel))
         try:
-            self._serve(event, context, coordinators, gauges)
+            serve(
+                coordinators,
+                remaining_ms=context.get_remaining_time_in_millis,
+                clock=self.clock,
+                gauges=gauges,
+                on_tick=lambda _q, r: self.tracker.ticks.append(
+                    (self.kernel.now, r.dispatched, r.live_tickets, r.waiting)
+                ),
+                hot=hot_queues(event, PREFIX) & set(self.queues),  # as functions/coordinator/app.py
+                run_all=self.kernel.run_all,  # the queues' ticks overlap, as the function's threads
+            )
         finally:
             invokes.drain()
-
-    def _serve(
-        self,
-        event: dict[str, Any],
-        context: SimContext,
-        coordinators: list[Coordinator],
-        gauges: Gauges,
-    ) -> None:
-        serve(
-            coordinators,
-            remaining_ms=context.get_remaining_time_in_millis,
-            clock=self.clock,
-            gauges=gauges,
-            on_tick=lambda _q, r: self.tracker.ticks.append(
-                (self.kernel.now, r.dispatched, r.live_tickets, r.waiting)
-            ),
-            hot=hot_queues(event, PREFIX) & set(self.queues),  # as functions/coordinator/app.py
-            run_all=self.kernel.run_all,  # the queues' ticks overlap, as the function's threads
-        )
 
     # -- triggers --------------------------------------------------------------------------
 

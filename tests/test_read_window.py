@@ -96,20 +96,27 @@ class Gated(MemoryStorage):
         return super().get(key, if_match=if_match)
 
 
+def gated_ticket(count: int, gated: int) -> tuple[Harness, Gated, list[str]]:
+    """One ticket of `count` single messages (0 .. count-1), published, whose `gated`-th
+    object's GET waits for the gate; the worker reads ahead on production's threads."""
+    clock = FakeClock()
+    order: list[str] = []
+    keys: list[str] = []
+    storage = Gated(lambda key: key in keys, order, clock)
+    h = Harness(settings=QueueSettings(batch_size=count), storage=storage, clock=clock)
+    for i in range(count):
+        h.queue.enqueue(i)
+    keys.append(sorted(h.keys("msg/"))[gated])  # a ticket's refs are in the LIST's key order
+    h.tick()
+    h.worker.read_ahead = Threads(READ_AHEAD, "test-read")
+    return h, storage, order
+
+
 def test_a_handler_starts_when_its_own_object_is_read_not_its_windows_slowest() -> None:
     """On production's threads, the first messages' handlers run while a later object's GET is
     still out: the sixth object's GET waits for the second handler, which (read in windows)
     would have waited for it (the gate would time out first)."""
-    clock = FakeClock()
-    order: list[str] = []
-    sixth: list[str] = []
-    storage = Gated(lambda key: key in sixth, order, clock)
-    h = Harness(settings=QueueSettings(batch_size=20), storage=storage, clock=clock)
-    for i in range(20):
-        h.queue.enqueue(i)
-    sixth.append(sorted(h.keys("msg/"))[5])  # a ticket's refs are in the LIST's key order
-    h.tick()
-    h.worker.read_ahead = Threads(READ_AHEAD, "test-read")
+    h, storage, order = gated_ticket(20, 5)
     handled: list[Message] = []
 
     def handler(message: Message) -> None:
@@ -260,16 +267,7 @@ def test_a_slow_get_holds_back_no_ungrouped_message_behind_it() -> None:
     """Ungrouped library messages start in the order their objects' GETs return: the second
     object's GET waits here until the other seven messages' handlers ran (in ref order, they
     would wait for it, and the gate would time out first)."""
-    clock = FakeClock()
-    order: list[str] = []
-    second: list[str] = []
-    storage = Gated(lambda key: key in second, order, clock)
-    h = Harness(settings=QueueSettings(batch_size=8), storage=storage, clock=clock)
-    for i in range(8):
-        h.queue.enqueue(i)
-    second.append(sorted(h.keys("msg/"))[1])
-    h.tick()
-    h.worker.read_ahead = Threads(READ_AHEAD, "test-read")
+    h, storage, order = gated_ticket(8, 1)
     handled: list[int] = []
 
     def handler(message: Message) -> None:

@@ -25,9 +25,9 @@ from s3queue.protocol.tickets import Invocation, Ticket
 from s3queue.storage.base import Entry, Storage, new_token, written_ago
 
 Invoker = Callable[[Invocation], None]
+"""Starts a worker on a ticket (Lambda ``Event`` invoke, or a local pool)."""
 Send = Callable[[Callable[[], None]], object]
 """Runs an invoke elsewhere (invoke.py, `Background`) and returns at once."""
-"""Starts a worker on a ticket (Lambda ``Event`` invoke, or a local pool)."""
 
 
 @dataclass(slots=True)
