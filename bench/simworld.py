@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import os
 import random
 import threading
 from collections.abc import Callable
@@ -46,6 +47,10 @@ from bench.simaws import Model
 from bench.simkernel import Kernel, SimClock, SimLock
 from bench.simlambda import LambdaService, SimContext, SimFunction, SimLambdaClient
 from bench.sims3 import Pacing, SimS3, sim_storage
+
+CHAIN = os.environ.get("S3QUEUE_SIM_CHAIN", "1") == "1"
+"""Workers take the successor parked behind their ticket, as the Lambda functions do (set
+``S3QUEUE_SIM_CHAIN=0`` to measure without)."""
 
 PREFIX = "s3queue"
 DRAIN_S = 120.0
@@ -179,6 +184,7 @@ class World:
             rng=random.Random(self.rng.random()),
             listener=self.tracker,
             read_ahead=self.kernel.pool(READ_AHEAD),  # GETs overlap, as many as its threads
+            chain=CHAIN,  # as functions/worker/app.py
         )
         return worker, self._handler
 
@@ -222,6 +228,7 @@ class World:
                 run_all=self.kernel.pool(CoordinatorSettings().publish_concurrency),
                 pace=paces[queue],
                 send=invokes,
+                chain=CHAIN,  # as functions/coordinator/app.py
             )
             for queue in self.queues
         ]

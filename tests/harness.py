@@ -36,7 +36,10 @@ class Harness:
         storage: Storage | None = None,
         clock: FakeClock | None = None,
         seed: int = 7,
+        chain: bool = False,
     ) -> None:
+        self.chain = chain
+        """Coordinator and workers park and chain successors (as the Lambda functions do)."""
         self.clock = clock or FakeClock()
         self.storage: Storage = storage if storage is not None else MemoryStorage(self.clock)
         self.settings = settings or QueueSettings()
@@ -58,6 +61,7 @@ class Harness:
             owner=owner,
             listener=self.events.append,
             run_all=in_order,
+            chain=self.chain,
         )
 
     def new_worker(self, owner: str, seed: int = 7) -> Worker:
@@ -71,6 +75,7 @@ class Harness:
             owner=owner,
             listener=self.events.append,
             read_ahead=in_order,
+            chain=self.chain,
         )
 
     def tick(self) -> TickResult:

@@ -510,8 +510,8 @@ def test_a_lost_reap_race_keeps_the_ticket_in_flight() -> None:
 
     claims: list = []  # type: ignore[type-arg]
     ticks: list[TickResult] = []
-    original = h.worker._claim
-    h.worker._claim = lambda *a: claims.append(original(*a)) or claims[-1]  # type: ignore[method-assign]
+    original = h.worker.start._claim
+    h.worker.start._claim = lambda *a: claims.append(original(*a)) or claims[-1]  # type: ignore[method-assign]
     result = h.worker.process(payload, slow)
     assert result.status == "committed" and result.count("done") == 1
     assert h.kinds("lost_race")  # the reap lost to the heartbeat

@@ -291,7 +291,7 @@ def test_grouped_or_plain_put_messages_keep_their_order() -> None:
         h.tick()
         found = []
         for payload in h.invocations:
-            ticket = h.worker._ticket(payload, str(payload["ticket"]))
+            ticket = h.worker.start._ticket(payload, str(payload["ticket"]))
             assert ticket is not None
             claim = Claim(h.worker, str(payload["ticket"]), *ticket)
             walk = Walk(h.worker, claim, Guard(Recorder(), None, 60), None, None)

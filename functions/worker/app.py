@@ -81,6 +81,7 @@ def container() -> Container:
         settings=env.settings,
         listener=listener,
         heartbeat_thread=True,
+        chain=True,  # takes the successor the leader parked behind a ticket, if any
     )
     metrics.set_default_dimensions(**{metric_names.DIMENSION_QUEUE: env.queue})
     # Bound once per container: a handler that declares a body model gets it validated.
@@ -96,8 +97,9 @@ def invocations(event: dict[str, Any]) -> list[Invocation]:
 
 
 @tracer.capture_method
-def work(app: Container, invocation: Invocation, context: LambdaContext) -> dict[str, Any]:
-    """One ticket; an S3QueueError is reported, not raised, so the other tickets still run."""
+def work(app: Container, invocation: Invocation, context: LambdaContext) -> list[dict[str, Any]]:
+    """One ticket, then each successor the leader parked behind it (the worker takes them in
+    turn); an S3QueueError is reported, not raised, so the other tickets still run."""
     ticket = str(invocation.get("ticket"))
     logger.append_keys(ticket=ticket)
     tracer.put_annotation("ticket", ticket)
@@ -107,12 +109,15 @@ def work(app: Container, invocation: Invocation, context: LambdaContext) -> dict
         )
     except S3QueueError as exc:
         logger.exception("ticket failed")
-        return {"ticket": ticket, "status": "error", "error": f"{type(exc).__name__}: {exc}"}
+        return [{"ticket": ticket, "status": "error", "error": f"{type(exc).__name__}: {exc}"}]
     finally:
         logger.remove_keys(["ticket"])
-    counts = {kind: result.count(kind) for kind in ("done", "retry", "dead", "release")}
-    logger.info("ticket %s", result.status, extra={"ticket": ticket, **counts})
-    return {"ticket": ticket, "status": result.status, **counts}
+    reports = []
+    for each in result.each():
+        counts = {kind: each.count(kind) for kind in ("done", "retry", "dead", "release")}
+        logger.info("ticket %s", each.status, extra={"ticket": each.ticket, **counts})
+        reports.append({"ticket": each.ticket, "status": each.status, **counts})
+    return reports
 
 
 @logger.inject_lambda_context(clear_state=True)
@@ -122,7 +127,7 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     """Process every ticket of the event; failures are listed in ``batchItemFailures``."""
     app = container()
     logger.append_keys(queue=app.queue)
-    results = [work(app, invocation, context) for invocation in invocations(event)]
+    results = [r for invocation in invocations(event) for r in work(app, invocation, context)]
     errors = [r for r in results if r["status"] == "error"]
     if results and len(errors) == len(results):
         # Nothing worked because S3 failed: an error the function's alarm should see.

@@ -136,6 +136,8 @@ class World:
     schedules: Callable[[str, Clock], Schedules] | None = None
     """Makes a coordinator process's `Schedules` (a scheduled queue: slots.py)."""
     shards: tuple[int, ...] = (1,)
+    chain: bool = False
+    """Park successors and chain them (`Config.chain`)."""
     seed: int = 0
     """The run's seed: the apply-behind model draws from a generator of its own (behind.py)."""
     """The producer's ``shards``, one per process life in turn: a crash changes the layout."""
@@ -179,6 +181,7 @@ def coordinator_schedule(world: World, role: Role) -> Callable[[Actor], None]:
                 owner=owner,
                 listener=world.history.listener(owner),
                 run_all=_shuffled(actor),
+                chain=world.chain,
             )
             run_ends = Deadline(clock, round(world.run_s * 1000))
             schedules = world.schedules(owner, clock) if world.schedules else None
@@ -248,7 +251,8 @@ def _serve_invocations(
         listener=world.history.listener(owner),
         heartbeat_thread=world.heartbeat_thread,
         read_ahead=_shuffled(actor),  # reads of a ticket's objects, as threads may order them
-        behind=behind,
+        behind=None if world.chain else behind,  # a chaining worker applies inline (Lambda's)
+        chain=world.chain,
     )
     timeout_ms = world.settings.timeout * 1000
     while True:

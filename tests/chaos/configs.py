@@ -155,6 +155,9 @@ class Config:
     shards: tuple[int, ...] = (1,)
     """The producer's ``shards`` (protocol/shards.py), one per process life in turn: with
     producer crashes, the layout changes while the queue runs."""
+    chain: bool = False
+    """Coordinators park tickets behind live ones once every slot is taken, and workers take
+    them next (the Lambda functions' way: tickets.py `after`, working/start.py)."""
 
     def with_(self, **changes: Any) -> Config:
         return replace(self, **changes)

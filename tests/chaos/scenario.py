@@ -106,6 +106,7 @@ def _spawn(
         heartbeat_thread=config.heartbeat_thread,
         schedules=slots.schedules_for(history) if config.schedule else None,
         shards=config.shards,
+        chain=config.chain,
         seed=config.seed,
     )
     expected = workload.Expected()

@@ -60,6 +60,15 @@ PROFILES: dict[str, dict[str, Any]] = {
         "producer_hazards": PRODUCER_HAZARDS,
         "shards": (4, 1, 8, 2),
     },
+    "chained": {
+        # `everything`, with two slots: tickets parked behind live ones, taken by the
+        # workers that finish those (the Lambda functions' way)
+        **EVERYTHING,
+        "mix": SEAMS_MIX,
+        "producer_hazards": PRODUCER_HAZARDS,
+        "chain": True,
+        "settings": replace(SETTINGS, max_in_flight_tickets=2),
+    },
     "clocks": {
         # every fault of `everything`, and clocks that drift and step within the bounds
         # (docs/guarantees.md: a leader within 1.5 s of S3's time: 0.5 s of offset, 0.5 s steps,

@@ -143,6 +143,18 @@ FAMILIES: dict[str, dict[str, Any]] = {
         "coordinator_hazards": Hazards(freeze_rate=0.01, freeze_s=(5, 40)),
         "worker_hazards": WORKER_CRASHES,
     },
+    # Two slots for four workers: the leader parks tickets behind live ones and workers take
+    # them next (tickets.py `after`), through crashes, freezes, lost and doubled invokes.
+    "chained": {
+        "chain": True,
+        "settings": replace(SETTINGS, max_in_flight_tickets=2),
+        "mix": SEAMS_MIX,
+        "faults": {"error_before": 0.01, "error_after": 0.005, "lost_response": 0.01},
+        "worker_hazards": Hazards(crash_rate=0.01, freeze_rate=0.005, freeze_s=(5, 60)),
+        "coordinator_hazards": Hazards(crash_rate=0.005, freeze_rate=0.005, freeze_s=(5, 40)),
+        "invoke_duplicate": 0.05,
+        "invoke_lose": 0.02,
+    },
 }
 SEEDS = (1, 2, 3)
 KNOWN: dict[tuple[str, int], str] = {}
@@ -521,7 +533,9 @@ def test_zombie_ticket_creates_are_doubted_and_settled_in_the_runs() -> None:
     """Guards the zombie family (issue 19): ticket creates failed, the leader doubted and
     settled them, and some of those tickets landed late and were rejected (fenced)."""
     doubted = settled = fenced = 0
-    for seed in SEEDS:
+    # Seed 4 too: how many creates fail depends on the order of every request (listing the
+    # first pages beside the tickets left seeds 1-3 two settles).
+    for seed in (*SEEDS, 4):
         history = family_run("zombie-requests", seed).history
         doubted += len(history.of("doubt"))
         settled += len(history.of("settled"))

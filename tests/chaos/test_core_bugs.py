@@ -241,13 +241,13 @@ def test_g_a_lost_reap_race_keeps_the_ticket_in_flight() -> None:
     coordinator_storage: list[Injecting] = []
     holder = bench.worker("w1")
     claims: dict[str, Any] = {}
-    original = holder._claim
+    original = holder.start._claim
 
     def capture(*args: Any) -> Any:
         claims["claim"] = claim = original(*args)
         return claim
 
-    holder._claim = capture  # type: ignore[method-assign,assignment]
+    holder.start._claim = capture  # type: ignore[method-assign,assignment]
 
     def late_heartbeat() -> None:  # the slow holder renews just before the reap's CAS
         claims["claim"].beat()

@@ -9,12 +9,11 @@ Race that fixes the order of the LISTs:
     leader                 LIST tickets ................. LIST msg/
 Tickets are listed first. A ticket missing from that LIST was deleted before it, after its
 outcomes were applied, so the later LIST of messages cannot show its finished messages as new.
-
-This module keeps the tick's order, the lease, and the way out: read, plan, publish, and each
-folder's cursor moved on or back. Reading the folders (the inbox, the partitions, each cursor) is
-folders.py's; planning the tickets, planning.py's; creating them, publishing.py's. What the LIST
-of tickets says (a newer leader, epochs to seal, tickets to learn, fence, re-invoke, reap or
-forget) is reconcile.py's; whether there is work at all, probe.py's.
+A leader that knows its tickets lists the first pages beside them and keeps the race harmless
+(ahead.py). Reading the folders is folders.py's; planning, planning.py's; publishing (and
+parking a ticket behind a live one when every slot is taken), publishing.py's; what the LIST
+of tickets says, reconcile.py's; whether there is work at all, probe.py's. This module keeps
+the tick's order, the lease, and the way out: each folder's cursor moved on or back.
 """
 
 from __future__ import annotations
@@ -26,7 +25,7 @@ from s3queue.common.clock import Clock, SystemClock, ms
 from s3queue.common.concurrency import RunAll, Threads
 from s3queue.common.events import Emitter, Listener
 from s3queue.contract.settings import CoordinatorSettings, QueueSettings
-from s3queue.dispatching import sizing
+from s3queue.dispatching import ahead, sizing
 from s3queue.dispatching.cursor import Cursors
 from s3queue.dispatching.folders import inbox_and_partitions, read_round
 from s3queue.dispatching.gate import Gate
@@ -43,7 +42,9 @@ from s3queue.dispatching.view import (
     count_refs,
     interleaved,
     oldest_ready,
+    parking_spots,
     queued,
+    running,
 )
 from s3queue.protocol.keys import QueueKeys, check_queue_name
 from s3queue.protocol.lease import LeaderLease
@@ -96,8 +97,12 @@ class Coordinator:
         pace: sizing.Pace | None = None,
         in_process: bool = False,
         send: Send | None = None,
+        chain: bool = False,
     ) -> None:
         self.storage = storage
+        self.chain = chain
+        """Park tickets behind live ones once every slot is taken, for their workers to take
+        next (`Ticket.after`, the worker's `chain`): the coordinator Lambda's way."""
         self.keys = QueueKeys(prefix, check_queue_name(queue))
         self.settings = settings or QueueSettings()
         self.config = coordination or CoordinatorSettings()
@@ -138,6 +143,7 @@ class Coordinator:
             self.reconciler,
             run_all or Threads(self.config.publish_concurrency, "s3queue-publish"),
             self.emit,
+            chain=chain,
         )
         self.gate = Gate(storage, self.keys, self.settings)
         self.holds = HoldReport(storage, self.keys.holds)
@@ -169,7 +175,9 @@ class Coordinator:
             self.memory = self._fresh(self.lease.epoch)
             self.pace.adopt(self.lease.inherited)
             self.emit("takeover", self.clock.now_ms(), epoch=self.lease.epoch, owner=self.owner)
-        listed = self._list_tickets()
+        at = ahead.starts(self.memory, self.settings, self.config, self.pace, self.clock.now_ms())
+        lists = (self.storage, self.memory, self.run_all, self._list_tickets)
+        listed, pages = ahead.list_beside(*lists, at)
         reconciler = self.reconciler
         if reconciler.outranked(listed) or (
             self.lease.pending_seals() and not reconciler.seal(listed)
@@ -180,10 +188,13 @@ class Coordinator:
         reconciled = reconciler.reconcile(listed, known, self.memory.cursors)
         self.gate.observe(listed)
         now = self.clock.now_ms()
+        finished: list[LiveRef] = []
         for key, gone in reconciled.finished.items():
             refs = self.memory.parsed.get(key) or self._refs(gone.ticket)
-            self.pace.finished(count_refs(refs), now - gone.ticket.created_ms)
-        return self._dispatch(reconciled.reaped, queued(listed, known, now))
+            self.pace.finished(count_refs(refs), now - gone.started_ms)
+            finished += refs
+        dying = ahead.held_live(pages, finished)  # pages listed beside the tickets (ahead.py)
+        return self._dispatch(reconciled.reaped, queued(listed, known, now), pages, dying)
 
     def probe(self) -> bool:
         """Is there anything to do? About one LIST, no lease (probe.py)."""
@@ -205,18 +216,25 @@ class Coordinator:
     def _list_tickets(self) -> list[Entry]:
         return list(iter_keys(self.storage, self.keys.tickets))
 
-    def _dispatch(self, reaped: int, queued: int) -> TickResult:
-        """Read each partition's cursor (folders.py), share the capacity fairly and plan
-        (planning.py), publish."""
+    def _dispatch(
+        self, reaped: int, queued: int, first: ahead.Pages, dying: list[LiveRef]
+    ) -> TickResult:
+        """Read each partition's cursor (folders.py; `first`: pages listed already), share
+        the capacity fairly and plan (planning.py), publish. `dying`: the refs of tickets
+        held in flight for this tick (ahead.py)."""
         memory, now = self.memory, self.clock.now_ms()
-        capacity = self.settings.max_in_flight_tickets - len(memory.known)
+        capacity = self.settings.max_in_flight_tickets - running(memory.known)
+        spots = parking_spots(memory.known) if self.chain and capacity <= 0 else []
+        capacity = max(capacity, 0) or len(spots)
+        memory.read = False
         if capacity <= 0:
             return self._result(reaped)
         if self.gate.paused:
             return replace(self._result(reaped), paused=True)
         tickets = self._ticket_refs()
         live = [r for refs in tickets.values() for r in refs]
-        in_flight = {r.key for r in live}
+        held = live + dying
+        in_flight = {r.key for r in held}
         every = round(self.config.discover_interval * 1000)
         inbox = inbox_and_partitions(self.storage, self.keys, memory, self.run_all, now, every)
         parts: list[Part] = []
@@ -234,6 +252,7 @@ class Coordinator:
                 batch_size=self.settings.batch_size,
                 in_flight=in_flight,
                 live=live,
+                first=first,
             )
             parts += read
             if failed is not None:
@@ -245,14 +264,14 @@ class Coordinator:
                 self.settings,
                 self.pace,
                 parts,
-                live_tickets=tickets.values(),
+                live_tickets=[] if spots else tickets.values(),
                 now=now,
                 capacity=capacity,
                 in_flight=in_flight,
                 queued=queued,
                 budgets=budgets,
             )
-            dispatched = self._publish_parts(parts, now)
+            dispatched = self._publish_parts(parts, now, spots)
         except BaseException:
             # A partition read before the failure used up its rewind and wake-ups: the next
             # tick must read its messages again, in their place in line (Cursor.restore).
@@ -261,6 +280,8 @@ class Coordinator:
             raise
         for part in parts:
             part.cursor.delete_done(self.storage)
+        # A slot left (or one to park behind): the next tick reads too (ahead.py).
+        memory.read = self.chain or running(memory.known) < self.settings.max_in_flight_tickets
         candidates = [c for part in parts for c in part.candidates]
         result = self._result(
             reaped,
@@ -273,15 +294,18 @@ class Coordinator:
         self.holds.update(budgets.held, now)
         return replace(result, held=budgets.held)
 
-    def _publish_parts(self, parts: list[Part], now: int) -> int:
-        """Publish the batches (a partition at a time in turn); move each partition's cursor on
-        if all its batches went out, else back to where it was before this tick."""
+    def _publish_parts(self, parts: list[Part], now: int, spots: list[str]) -> int:
+        """Publish the batches (a partition at a time in turn), each parked behind one of
+        `spots` if any (every slot is taken); move each partition's cursor on if all its
+        batches went out, else back to where it was before this tick."""
         order = interleaved([part.plan.batches for part in parts])
         batches = [batch for _, batch in order]
         limits, permits = self.memory.limits, None
         if limits is not None and limits.permit(0) is not None:
             permits = [limits.permit(sum(c.count for c in b)) for b in batches]
-        published = self.publisher.publish_all(self.memory, batches, now, permits)
+        afters: list[str | None] = [*spots[: len(batches)]] if spots else [None] * len(batches)
+        full = running(self.memory.known) + len(batches) >= self.settings.max_in_flight_tickets
+        published = self.publisher.publish_all(self.memory, batches, now, permits, afters, full)
         done: dict[int, list[int]] = {i: [] for i in range(len(parts))}
         for (i, _), count in zip(order, published, strict=True):
             done[i].append(count)

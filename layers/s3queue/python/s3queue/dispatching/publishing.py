@@ -7,6 +7,7 @@ fences a stale leader: `s3queue.protocol.lease`.
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -41,6 +42,8 @@ class Publisher:
     run_all: RunAll
     emit: Emitter
     doubting: threading.Lock = field(default_factory=threading.Lock)
+    chain: bool = False
+    """Park tickets behind live ones once every slot is taken (`Coordinator.chain`)."""
 
     def publish_all(
         self,
@@ -48,6 +51,8 @@ class Publisher:
         batches: list[list[scan.Candidate]],
         now: int,
         permits: list[Permit | None] | None = None,
+        afters: list[str | None] | None = None,
+        full: bool = False,
     ) -> list[int]:
         """Each batch's message count once published (0: not published).
 
@@ -57,13 +62,20 @@ class Publisher:
         seqs), then all are PUT and invoked at once (`run_all`). A tick returns only once every
         PUT has, so the next block is reserved after every PUT of this one returned (lease.py
         says why that fences). The first error is raised once every publication has returned;
-        what was published is known. `permits`: each batch's, for a rate-limited queue.
+        what was published is known. `permits`: each batch's, for a rate-limited queue;
+        `afters`: the live ticket each batch is parked behind (None: invoked now); `full`:
+        they take every slot left, so a leader that parks (`Coordinator.chain`) marks them
+        for their workers to look for a successor (`Ticket.chain`).
         """
+        chain = full and self.chain
         given: list[Permit | None] = permits if permits is not None else [None] * len(batches)
+        behind: list[str | None] = afters if afters is not None else [None] * len(batches)
         if len(batches) < 2 or self.config.publish_concurrency < 2:
             return [
-                self._publish(memory, batch, now, _next_seq(memory), permit=permit)
-                for batch, permit in zip(batches, given, strict=True)
+                self._publish(
+                    memory, batch, now, _next_seq(memory), permit=permit, after=after, chain=chain
+                )
+                for batch, permit, after in zip(batches, given, behind, strict=True)
             ]
         start, end = memory.next_seq, memory.next_seq + len(batches)
         if not self.lease.ensure() or self.lease.epoch != memory.epoch:
@@ -75,8 +87,18 @@ class Publisher:
             memory.reserved = start + block
         memory.next_seq = end
         jobs: list[Callable[[], int]] = [
-            partial(self._publish, memory, batch, now, start + i, checked=True, permit=permit)
-            for i, (batch, permit) in enumerate(zip(batches, given, strict=True))
+            partial(
+                self._publish,
+                memory,
+                batch,
+                now,
+                start + i,
+                checked=True,
+                permit=permit,
+                after=after,
+                chain=chain,
+            )
+            for i, (batch, permit, after) in enumerate(zip(batches, given, behind, strict=True))
         ]
         return settled(self.run_all, jobs)
 
@@ -89,9 +111,12 @@ class Publisher:
         *,
         checked: bool = False,
         permit: Permit | None = None,
+        after: str | None = None,
+        chain: bool = False,
     ) -> int:
-        """Create ticket `seq` (If-None-Match) and start a worker on it; its message count.
-        Unless `checked` (its block reserved), first make sure we still lead."""
+        """Create ticket `seq` (If-None-Match) and start a worker on it, or park it behind the
+        live ticket `after` (`_park`); its message count. Unless `checked` (its block
+        reserved), first make sure we still lead."""
         if not checked and (not self.lease.ensure() or self.lease.epoch != memory.epoch):
             return 0
         key = self.keys.ticket(memory.epoch, seq)
@@ -103,6 +128,8 @@ class Publisher:
             created_ms=now,
             permit=permit,
             partition=self.keys.lane_of(batch[0].key),  # a batch is one folder's
+            chain=chain,
+            after=after,
         )
         token = new_token()
         count = sum(c.count for c in batch)
@@ -126,12 +153,37 @@ class Publisher:
         self.emit("dispatch", now, ticket=key, refs=[c.key for c in batch], messages=count)
         if etag is None:
             # A worker invoked with the stale copy and this ETag would claim it over its
-            # holder. It is in flight; the next tick learns it (LIST, one GET).
+            # holder. It is in flight; the next tick learns it (LIST, one GET), listing the
+            # messages only after the tickets (a ticket the leader does not know may be gone).
+            memory.read = False
             return count
         known = Known(ticket, etag, invoked_ms=now)
         memory.known[key] = known
-        self.reconciler.invoke(key, known, now, reason="new")
+        if after is None:
+            self.reconciler.invoke(key, known, now, reason="new")
+        else:
+            self._park(key, known, after, now)
         return count
+
+    def _park(self, key: str, known: Known, after: str, now: int) -> None:
+        """Leave the invocation of a ticket parked behind `after` where that ticket's worker
+        looks once it has committed (`QueueKeys.chain`). A pointer that fails, or lands after
+        the worker looked, costs only time: the leader invokes the ticket once `after` is
+        gone (reconcile.py)."""
+        invocation = known.ticket.invocation(key, known.etag)
+        body = json.dumps(invocation, separators=(",", ":")).encode()
+        self.emit("park", now, ticket=key, after=after)
+        point = partial(self._point, self.keys.chain(after), body, key, now)
+        if self.reconciler.send is not None:  # as an invoke: the tick does not wait for it
+            self.reconciler.send(point)
+        else:
+            point()
+
+    def _point(self, pointer: str, body: bytes, key: str, now: int) -> None:
+        try:
+            self.storage.put(pointer, body)
+        except StorageError as exc:
+            self.emit("invoke_failed", now, ticket=key, error=repr(exc))
 
     def _doubt(self, key: str, seq: int, exc: Exception, now: int) -> Head | None:
         """A ticket whose create failed or lost its answer: it may have landed, may land later

@@ -18,7 +18,7 @@ from s3queue.common.clock import Clock, ms
 from s3queue.common.events import Emitter
 from s3queue.contract.settings import CoordinatorSettings, QueueSettings
 from s3queue.dispatching.cursor import Cursors
-from s3queue.errors import Conflict, MalformedMessage
+from s3queue.errors import Conflict, MalformedMessage, StorageError
 from s3queue.protocol.keys import QueueKeys
 from s3queue.protocol.lease import LeaderLease
 from s3queue.protocol.tickets import Invocation, Ticket
@@ -41,6 +41,19 @@ class Known:
     """This version's ``Last-Modified`` (S3's time of its write) ..."""
     served_ms: int = 0
     """... and S3's time in the answer that last showed it (its ``Date``)."""
+    parked: bool = False
+    """Published behind a live ticket (`Ticket.after`) and not invoked: its predecessor's
+    worker takes it next, or the leader invokes it once the predecessor is gone."""
+    started_ms: int = 0
+    """When it could start: its creation, or for a parked one when it left the park (the
+    pace counts a ticket's life from then, not its wait behind another)."""
+
+    def __post_init__(self) -> None:
+        ticket = self.ticket
+        if not self.started_ms:
+            self.started_ms = ticket.created_ms
+        if ticket.after is not None and ticket.state == "pending" and not ticket.generation:
+            self.parked = True
 
 
 @dataclass(slots=True)
@@ -77,6 +90,8 @@ class Reconciler:
         """The invoker starts workers in this process: hand them the ticket, not its JSON."""
         self.send = send
         """Where invokes run (invoke.py, `Background`): None, in the tick itself."""
+        self._listed: set[str] = set()
+        """The keys of the tick's LIST of tickets."""
 
     def outranked(self, listed: list[Entry]) -> bool:
         """A ticket of a later epoch: another leader took over while we were paused (our lease
@@ -128,6 +143,7 @@ class Reconciler:
         assert doc is not None
         now, reaped = self.clock.now_ms(), 0
         seen: set[str] = set()
+        self._listed = {entry.key for entry in listed}
         for entry in listed:
             parsed = self.keys.parse_ticket(entry.key)
             if parsed is None:
@@ -142,6 +158,7 @@ class Reconciler:
         finished = {key: known.pop(key) for key in [k for k in known if k not in seen]}
         for gone in finished.values():
             cursors.finished(r.key for r in gone.ticket.refs)
+        self.drop_pointers(known, finished)
         return Reconciled(reaped, finished)
 
     def _drop_fenced(self, entry: Entry) -> None:
@@ -171,6 +188,8 @@ class Reconciler:
 
     def _check(self, known: dict[str, Known], entry: Entry, found: Known, now: int) -> int:
         """Re-invoke a ticket nobody works on; reap one whose claim expired. 1 if reaped."""
+        if found.parked and self._parked(known, entry, found, now):
+            return 0
         timeout = ms(self.config.dispatch_timeout)
         if entry.etag == found.etag:
             found.modified_ms, found.served_ms = entry.last_modified_ms, entry.served_ms
@@ -183,6 +202,7 @@ class Reconciler:
             fresh = self.learn(known, entry, now, invoked_ms=found.invoked_ms)
             if fresh is None:
                 return 0
+            fresh.started_ms = max(fresh.started_ms, found.started_ms)
             found = fresh
         ticket = found.ticket
         if ticket.state == "claimed":
@@ -193,6 +213,42 @@ class Reconciler:
         if now - found.invoked_ms >= timeout:
             self.invoke(entry.key, found, now, reason=f"{ticket.state} for {timeout} ms")
         return 0
+
+    def _parked(self, known: dict[str, Known], entry: Entry, found: Known, now: int) -> bool:
+        """Whether a parked ticket stays parked: its predecessor still listed, a first
+        delivery (a reaped one is redelivered from the start, and may not chain). Else it
+        leaves the park: claimed by the predecessor's worker (its ETag changed), or invoked
+        now (that worker claims a successor before its own ticket is deleted, so one still
+        pending behind a ticket gone was not taken), its pointer deleted."""
+        after = found.ticket.after
+        assert after is not None
+        before = known.get(after)
+        listed = after in self._listed and before is not None and not before.ticket.generation
+        if entry.etag == found.etag and listed:
+            return True
+        found.parked, found.started_ms = False, now
+        if entry.etag != found.etag:
+            return False
+        self.invoke(entry.key, found, now, reason="unparked")
+        return True
+
+    def drop_pointers(self, known: dict[str, Known], finished: dict[str, Known]) -> None:
+        """Delete the pointers to the successors of the tickets that finished: taken or
+        invoked, they serve nobody now (in the background with `send`)."""
+        for found in [*known.values(), *finished.values()]:
+            after = found.ticket.after
+            if after is not None and after in finished:
+                drop = partial(self._drop_pointer, after)
+                if self.send is not None:
+                    self.send(drop)
+                else:
+                    drop()
+
+    def _drop_pointer(self, after: str) -> None:
+        try:
+            self.storage.delete(self.keys.chain(after))
+        except StorageError as exc:  # a stray pointer names a ticket no longer pending
+            self.emit("invoke_failed", self.clock.now_ms(), ticket=after, error=repr(exc))
 
     def _reap(self, key: str, found: Known, now: int) -> int:
         """Expired claim: CAS the ticket to a new generation, then invoke a worker again."""

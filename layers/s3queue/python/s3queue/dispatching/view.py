@@ -40,6 +40,9 @@ class Memory:
     """The partition served last in the last round: the next round starts after it."""
     limits: Limits | None = None
     """The queue's limits and their pacing in this epoch (limits.py); None: it has none."""
+    read: bool = False
+    """The last tick of this epoch read the folders (it had a slot): the next one lists its
+    first pages beside the tickets (coordinator.py, `Coordinator.tick`)."""
 
 
 @dataclass(slots=True)
@@ -58,6 +61,28 @@ class Part:
     plan: scan.Plan = field(default_factory=scan.Plan)
 
 
+def running(known: dict[str, Known]) -> int:
+    """The live tickets that hold a slot: all but those parked behind another."""
+    return sum(1 for found in known.values() if not found.parked)
+
+
+def parking_spots(known: dict[str, Known]) -> list[str]:
+    """The live tickets a successor may be parked behind, the oldest first (the soonest
+    done): marked to chain, a first delivery, not committed as far as the leader knows, not
+    parked themselves, with no successor yet."""
+    taken = {found.ticket.after for found in known.values()}
+    spots = [
+        key
+        for key, found in known.items()
+        if found.ticket.chain
+        and not found.parked
+        and not found.ticket.generation
+        and found.ticket.state != "committed"
+        and key not in taken
+    ]
+    return sorted(spots, key=lambda key: known[key].started_ms)
+
+
 def count_refs(refs: list[LiveRef]) -> int:
     """The messages `refs` carry (a packed object counts all of its)."""
     return sum(r.count for r in refs)
@@ -71,8 +96,9 @@ def queued(listed: list[Entry], known: dict[str, Known], now: int) -> int:
         for entry in listed
         if (found := known.get(entry.key)) is not None
         and found.ticket.state == "pending"
+        and not found.parked
         and entry.etag == found.etag
-        and now - found.ticket.created_ms >= sizing.QUEUED_MS
+        and now - found.started_ms >= sizing.QUEUED_MS
     )
 
 

@@ -4,6 +4,7 @@
     <prefix>/<queue>/budgets/~queue              rate-limit counter of the queue (budgets.py)
     <prefix>/<queue>/budgets/<partition>         ... of a partition (~default: the default's)
     <prefix>/<queue>/budgets/~held               what the leader holds back, and why (holds.py)
+    <prefix>/<queue>/chain/<epoch>-<seq>         the ticket parked behind that one (tickets.py)
     <prefix>/<queue>/coordinator                 leader lease
     <prefix>/<queue>/dlq/<dead_ms>-<id>          dead letters
     <prefix>/<queue>/dlq/~payloads/<dead_ms>-<id>    ... their payloads (after every dead letter)
@@ -171,6 +172,12 @@ class QueueKeys:
         `partition` (None: the default one). Before ``ids/``: never seen as work."""
         name = "~queue" if whole else (partition or "~default")
         return f"{self.root}budgets/{name}"
+
+    def chain(self, ticket_key: str) -> str:
+        """Where the leader puts the invocation of the ticket it parked behind the ticket
+        `ticket_key` (`Ticket.after`), for that ticket's worker to take next. Before
+        ``ids/``: never seen as work."""
+        return f"{self.root}chain/{self.ticket_origin(ticket_key)}"
 
     @property
     def holds(self) -> str:

@@ -172,6 +172,13 @@ class Ticket:
     partition_known: bool = True
     """False for a ticket an older version wrote (no ``part``): `folder` reads it off the first
     ref's key, as that version did, while a rolling deploy mixes them."""
+    chain: bool = False
+    """Published while every slot was taken: its worker looks, once it has committed, for a
+    successor the leader parked behind it (`after`) and runs it in the same invocation."""
+    after: str | None = None
+    """The key of the live ticket this one is parked behind: no worker is invoked on it while
+    that ticket lives; its worker takes it next (the successor's pointer, `QueueKeys.chain`),
+    or the leader invokes it once it is gone."""
 
     def folder(self, keys: QueueKeys) -> QueueKeys:
         """`keys` seen from the folder of the ticket's messages (`QueueKeys.partitioned`)."""
@@ -229,6 +236,10 @@ class Ticket:
             doc["applied"] = self.applied
         if self.partition_known:
             doc["part"] = self.partition
+        if self.chain:
+            doc["chain"] = 1
+        if self.after is not None:
+            doc["after"] = self.after
         return json.dumps(doc, separators=(",", ":")).encode()
 
     @classmethod
@@ -256,6 +267,8 @@ class Ticket:
                 applied=int(doc.get("applied", 0)),
                 partition=doc.get("part"),
                 partition_known="part" in doc,
+                chain=bool(doc.get("chain")),
+                after=doc.get("after"),
             )
         except (ValueError, KeyError, TypeError) as exc:
             raise MalformedMessage(f"undecodable ticket: {exc}") from exc

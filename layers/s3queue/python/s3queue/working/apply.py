@@ -48,8 +48,10 @@ def apply_ticket(
     loader: Loader,
     *,
     out_of_time: Callable[[], bool] | None = None,
+    before_delete: Callable[[], object] | None = None,
 ) -> bool:
-    """Carry out a committed ticket's outcomes, then delete it; False if `out_of_time` cut it
+    """Carry out a committed ticket's outcomes, then delete it (`before_delete` is called just
+    before: a chaining worker takes the ticket's successor then); False if `out_of_time` cut it
     short (what was done is recorded in the ticket: the next applier goes on from there).
 
     Ungrouped copies get a sort time no earlier than the commit, so they land ahead of the
@@ -76,6 +78,8 @@ def apply_ticket(
             if not etag:
                 return False
     step.retire()
+    if before_delete is not None:
+        before_delete()
     # Conflict: nobody writes a committed ticket, so only another applier deleting it first.
     with contextlib.suppress(Conflict):
         storage.delete(key, if_match=etag)
