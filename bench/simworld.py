@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import itertools
 import math
-import os
 import random
 import threading
 from collections.abc import Callable
@@ -47,10 +46,6 @@ from bench.simaws import Model
 from bench.simkernel import Kernel, SimClock, SimLock
 from bench.simlambda import LambdaService, SimContext, SimFunction, SimLambdaClient
 from bench.sims3 import Pacing, SimS3, sim_storage
-
-CHAIN = os.environ.get("S3QUEUE_SIM_CHAIN", "1") == "1"
-"""Workers take the successor parked behind their ticket, as the Lambda functions do (set
-``S3QUEUE_SIM_CHAIN=0`` to measure without)."""
 
 PREFIX = "s3queue"
 DRAIN_S = 120.0
@@ -184,7 +179,7 @@ class World:
             rng=random.Random(self.rng.random()),
             listener=self.tracker,
             read_ahead=self.kernel.pool(READ_AHEAD),  # GETs overlap, as many as its threads
-            chain=CHAIN,  # as functions/worker/app.py
+            chain=self.settings.chain,  # as functions/worker/app.py
         )
         return worker, self._handler
 
@@ -228,7 +223,7 @@ class World:
                 run_all=self.kernel.pool(CoordinatorSettings().publish_concurrency),
                 pace=paces[queue],
                 send=invokes,
-                chain=CHAIN,  # as functions/coordinator/app.py
+                chain=self.settings.chain,  # as functions/coordinator/app.py
             )
             for queue in self.queues
         ]

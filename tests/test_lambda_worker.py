@@ -321,3 +321,44 @@ def test_a_large_payload_through_the_worker_lambda(
     assert result["tickets"][0]["done"] == 1
     assert read == {message_id: (data, len(data), {"tenant": "acme"})}
     assert storage.list("s3queue/payloads/blobs/").entries == []
+
+
+def test_a_parking_queue_runs_the_successor_in_the_same_invocation(
+    aws: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # GIVEN a queue that parks (SETTINGS chain), one slot, a second ticket parked behind the first
+    settings = {**EMAILS, "batch_size": 2, "max_in_flight_tickets": 1, "chain": True}
+    monkeypatch.setenv("S3QUEUE_BUCKET", BUCKET)
+    monkeypatch.setenv("S3QUEUE_QUEUE", "send_email")
+    monkeypatch.setenv("S3QUEUE_SETTINGS", json.dumps(settings))
+    monkeypatch.setenv("S3QUEUE_OUTBOX", str(tmp_path / "outbox"))
+    app = load_worker_app()
+    app.container.cache_clear()
+    storage = S3Storage(aws, BUCKET)
+    queue = Queue("send_email", storage=storage)
+    invocations: list[dict[str, Any]] = []
+    coordinator = Coordinator(
+        storage,
+        "send_email",
+        invoker=invocations.append,
+        settings=QueueSettings.from_mapping(settings),
+        chain=True,
+    )
+    queue.enqueue_many([email("Ada"), email("Grace")])
+    coordinator.tick()
+    queue.enqueue_many([email("Alan"), email("Edsger")])
+    coordinator.tick()
+    [payload] = [json.loads(json.dumps(p)) for p in invocations]
+    # WHEN the worker function runs the one invoked ticket
+    result = app.handler(payload, FakeContext())
+    app.container.cache_clear()
+    # THEN it ran the parked one next, and reports both
+    assert [(t["status"], t["done"]) for t in result["tickets"]] == [
+        ("committed", 2),
+        ("committed", 2),
+    ]
+    assert result["tickets"][0]["ticket"] == payload["ticket"]
+    assert len(list((tmp_path / "outbox").iterdir())) == 4
+    coordinator.tick()  # both gone: the pointer is deleted
+    keys = [e.key for e in storage.list("s3queue/send_email/").entries]
+    assert keys == ["s3queue/send_email/coordinator"]  # the lease alone

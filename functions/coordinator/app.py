@@ -107,7 +107,7 @@ def coordinators(app: Container, owner: str) -> list[Coordinator]:
             run_all=app.publisher,
             pace=app.paces[queue],
             send=app.invokes,
-            chain=True,  # successors parked behind live tickets: the worker takes them next
+            chain=settings.chain,  # park successors behind live tickets (a queue's choice)
         )
         for queue, settings in app.settings.items()
     ]

@@ -81,7 +81,7 @@ def container() -> Container:
         settings=env.settings,
         listener=listener,
         heartbeat_thread=True,
-        chain=True,  # takes the successor the leader parked behind a ticket, if any
+        chain=env.settings.chain,  # takes the successor the leader parked, if the queue parks
     )
     metrics.set_default_dimensions(**{metric_names.DIMENSION_QUEUE: env.queue})
     # Bound once per container: a handler that declares a body model gets it validated.

@@ -39,6 +39,11 @@ class QueueSettings:
     tickets finished (sizing.py); at most half of `timeout`, whatever this says."""
     max_in_flight_tickets: int = 32
     """Backpressure: the coordinator dispatches no more tickets while this many are live."""
+    chain: bool = False
+    """On Lambda, once every slot is taken, park the next ticket behind a live one for that
+    ticket's worker to run next, with no invoke (tickets.py `after`): more messages a second
+    through the same slots under a backlog, a little more latency at the knee
+    (docs/performance.md). The local runtime ignores it."""
     max_message_bytes: int = 10 * 1024 * 1024
     """Larger objects go to the DLQ unread by the handler."""
     concurrency: int = 8
