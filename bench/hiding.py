@@ -16,7 +16,10 @@ runtime keeps once S3 is as far away as on AWS. Requests are counted at the prox
   second from the start of the processes to the last one's exit (imports included), and the
   steady rate (`bench.drainrate`; `bench.hidingchild` notes the finishes), requests per
   message (the drain checks of ``--drain`` included), and the children's CPU (the proxy's not
-  included).
+  included). Then the same with a handler that waits `hiding_io_ms` on I/O
+  (`hiding_io_messages` each): with nothing to do, one process already takes most of this
+  machine's two cores beside the S3 server and the proxy, so only a handler that waits shows
+  whether processes add up when CPU is not the limit (the issue's premise).
 
 Every run reports both rates, from start to end and steady (the middle of the drain,
 `bench.drainrate`), and both ratios; and where the CPU went (`bench.cpuuse`): the runtime's,
@@ -55,13 +58,16 @@ from bench.target import Space, Target
 
 QUEUE = "hiding"
 HANDLER = "SETTINGS = {}\n\n\ndef handle(message):\n    pass\n"
+WAITING = "import time\n\nSETTINGS = {{}}\n\n\ndef handle(message):\n    time.sleep({s})\n"
+"""A handler that waits on I/O (`hiding_io_ms`) and uses no CPU: the processes' comparison
+where this machine's two cores are not the limit."""
 Report = Callable[[float, str], None]
 
 
 def run(target: Target, plan: Plan, progress: Progress) -> dict[str, Any]:
     if not target.embedded:
         return {"skipped": "needs the embedded server: the delays model AWS's own round trips"}
-    steps = 4 * plan.hiding_rounds + 2 * plan.hiding_rounds
+    steps = 4 * plan.hiding_rounds + 4 * plan.hiding_rounds
     done = [0]
 
     def step(detail: str) -> None:
@@ -69,7 +75,9 @@ def run(target: Target, plan: Plan, progress: Progress) -> dict[str, Any]:
         done[0] += 1
 
     drains = {kind: _pairs(target, plan, kind, step) for kind in ("single", "packed")}
-    processes = _processes(target, plan, step)
+    processes = _processes(target, plan, step, HANDLER, plan.hiding_pool_messages)
+    waiting = WAITING.format(s=plan.hiding_io_ms / 1000)
+    io = _processes(target, plan, step, waiting, plan.hiding_io_messages)
     progress.update(1.0)
     return {
         "params": {
@@ -83,6 +91,7 @@ def run(target: Target, plan: Plan, progress: Progress) -> dict[str, Any]:
         },
         "drains": drains,
         "processes": processes,
+        "processes_io": {"handler_ms": plan.hiding_io_ms, **io},
     }
 
 
@@ -184,17 +193,20 @@ def _drain_through(
     }
 
 
-def _processes(target: Target, plan: Plan, step: Callable[[str], None]) -> dict[str, Any]:
-    """1 ``dev`` against 1 ``dev`` + 2 ``worker``, under AWS-like delays, side by side."""
+def _processes(
+    target: Target, plan: Plan, step: Callable[[str], None], handler: str, messages: int
+) -> dict[str, Any]:
+    """1 ``dev`` against 1 ``dev`` + 2 ``worker``, under AWS-like delays, side by side, the
+    queue's handler module `handler`, `messages` single enqueues each."""
     runs: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as folder:
         handlers = Path(folder) / "handlers"
         handlers.mkdir()
-        (handlers / f"{QUEUE}.py").write_text(HANDLER)
+        (handlers / f"{QUEUE}.py").write_text(handler)
         for round_ in range(plan.hiding_rounds):
             for count in (1, 3):
                 step(f"{count} process(es) under delays, {round_ + 1}/{plan.hiding_rounds}")
-                runs.append(_pool_drain(target, plan, handlers, count))
+                runs.append(_pool_drain(target, plan, handlers, count, messages))
     ratios = _ratios(runs, "messages_per_s")
     return {
         "runs": runs,
@@ -208,10 +220,11 @@ def _processes(target: Target, plan: Plan, step: Callable[[str], None]) -> dict[
     }
 
 
-def _pool_drain(target: Target, plan: Plan, handlers: Path, processes: int) -> dict[str, Any]:
+def _pool_drain(
+    target: Target, plan: Plan, handlers: Path, processes: int, messages: int
+) -> dict[str, Any]:
     space = target.space(f"hiding-pool{processes}")
     producer = Queue(QUEUE, storage=S3Storage(target.client(), space.bucket), prefix=space.prefix)
-    messages = plan.hiding_pool_messages
     enqueue_all(producer, messages)
     threads = plan.hiding_threads
     with DelayProxy(target.endpoint_url, AWS_LIKE) as proxy, tempfile.TemporaryDirectory() as tmp:

@@ -63,6 +63,10 @@ class Plan:
     """Single enqueues per process drain: enough that the drain outlasts the processes' start
     (1-2 s each: interpreter, imports, the first tickets), so its rate is not mostly start-up."""
     hiding_threads: int = 4
+    hiding_io_ms: int = 20
+    """The processes' comparison again with a handler that waits this long (I/O, no CPU)."""
+    hiding_io_messages: int = 4_000
+    """Single enqueues per process drain with that handler: 20 s for one process of 4 threads."""
     # fairness (a small partition beside a big one's backlog)
     fairness_backlog: int = 5_000
     fairness_small: int = 40
@@ -150,6 +154,7 @@ QUICK = replace(
     hiding_packed=20_000,
     hiding_rounds=2,
     hiding_pool_messages=2_000,
+    hiding_io_messages=1_000,
     payload_bytes=64 * 1024 * 1024,
     aws_sim_queues=(1,),
     aws_sim_seconds=10.0,
@@ -187,6 +192,7 @@ SMOKE = replace(
     hiding_workers=4,
     hiding_rounds=1,
     hiding_pool_messages=20,
+    hiding_io_messages=20,
     payload_bytes=12 * 1024 * 1024,
     aws_sim_queues=(1, 2),
     aws_sim_single_offered=100.0,
