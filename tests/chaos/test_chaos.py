@@ -533,9 +533,7 @@ def test_zombie_ticket_creates_are_doubted_and_settled_in_the_runs() -> None:
     """Guards the zombie family (issue 19): ticket creates failed, the leader doubted and
     settled them, and some of those tickets landed late and were rejected (fenced)."""
     doubted = settled = fenced = 0
-    # Seed 4 too: how many creates fail depends on the order of every request (listing the
-    # first pages beside the tickets left seeds 1-3 two settles).
-    for seed in (*SEEDS, 4):
+    for seed in SEEDS:
         history = family_run("zombie-requests", seed).history
         doubted += len(history.of("doubt"))
         settled += len(history.of("settled"))

@@ -9,11 +9,10 @@ Race that fixes the order of the LISTs:
     leader                 LIST tickets ................. LIST msg/
 Tickets are listed first. A ticket missing from that LIST was deleted before it, after its
 outcomes were applied, so the later LIST of messages cannot show its finished messages as new.
-A leader that knows its tickets lists the first pages beside them and keeps the race harmless
-(ahead.py). Reading the folders is folders.py's; planning, planning.py's; publishing (and
-parking a ticket behind a live one when every slot is taken), publishing.py's; what the LIST
-of tickets says, reconcile.py's; whether there is work at all, probe.py's. This module keeps
-the tick's order, the lease, and the way out: each folder's cursor moved on or back.
+Reading the folders is folders.py's; planning, planning.py's; publishing (and parking a
+ticket behind a live one when every slot is taken), publishing.py's; what the LIST of tickets
+says, reconcile.py's; whether there is work at all, probe.py's. This module keeps the tick's
+order, the lease, and the way out: each folder's cursor moved on or back.
 """
 
 from __future__ import annotations
@@ -25,7 +24,7 @@ from s3queue.common.clock import Clock, SystemClock, ms
 from s3queue.common.concurrency import RunAll, Threads
 from s3queue.common.events import Emitter, Listener
 from s3queue.contract.settings import CoordinatorSettings, QueueSettings
-from s3queue.dispatching import ahead, sizing
+from s3queue.dispatching import sizing
 from s3queue.dispatching.cursor import Cursors
 from s3queue.dispatching.folders import inbox_and_partitions, read_round
 from s3queue.dispatching.gate import Gate
@@ -175,9 +174,7 @@ class Coordinator:
             self.memory = self._fresh(self.lease.epoch)
             self.pace.adopt(self.lease.inherited)
             self.emit("takeover", self.clock.now_ms(), epoch=self.lease.epoch, owner=self.owner)
-        at = ahead.starts(self.memory, self.settings, self.config, self.pace, self.clock.now_ms())
-        lists = (self.storage, self.memory, self.run_all, self._list_tickets)
-        listed, pages = ahead.list_beside(*lists, at)
+        listed = self._list_tickets()
         reconciler = self.reconciler
         if reconciler.outranked(listed) or (
             self.lease.pending_seals() and not reconciler.seal(listed)
@@ -188,13 +185,10 @@ class Coordinator:
         reconciled = reconciler.reconcile(listed, known, self.memory.cursors)
         self.gate.observe(listed)
         now = self.clock.now_ms()
-        finished: list[LiveRef] = []
         for key, gone in reconciled.finished.items():
             refs = self.memory.parsed.get(key) or self._refs(gone.ticket)
             self.pace.finished(count_refs(refs), now - gone.started_ms)
-            finished += refs
-        dying = ahead.held_live(pages, finished)  # pages listed beside the tickets (ahead.py)
-        return self._dispatch(reconciled.reaped, queued(listed, known, now), pages, dying)
+        return self._dispatch(reconciled.reaped, queued(listed, known, now))
 
     def probe(self) -> bool:
         """Is there anything to do? About one LIST, no lease (probe.py)."""
@@ -216,25 +210,21 @@ class Coordinator:
     def _list_tickets(self) -> list[Entry]:
         return list(iter_keys(self.storage, self.keys.tickets))
 
-    def _dispatch(
-        self, reaped: int, queued: int, first: ahead.Pages, dying: list[LiveRef]
-    ) -> TickResult:
-        """Read each partition's cursor (folders.py; `first`: pages listed already), share
-        the capacity fairly and plan (planning.py), publish. `dying`: the refs of tickets
-        held in flight for this tick (ahead.py)."""
+    def _dispatch(self, reaped: int, queued: int) -> TickResult:
+        """Read each partition's cursor (folders.py), share the capacity fairly and plan
+        (planning.py), publish: into free slots, or parked behind live tickets when every
+        slot is taken and this leader parks (`chain`)."""
         memory, now = self.memory, self.clock.now_ms()
         capacity = self.settings.max_in_flight_tickets - running(memory.known)
         spots = parking_spots(memory.known) if self.chain and capacity <= 0 else []
         capacity = max(capacity, 0) or len(spots)
-        memory.read = False
         if capacity <= 0:
             return self._result(reaped)
         if self.gate.paused:
             return replace(self._result(reaped), paused=True)
         tickets = self._ticket_refs()
         live = [r for refs in tickets.values() for r in refs]
-        held = live + dying
-        in_flight = {r.key for r in held}
+        in_flight = {r.key for r in live}
         every = round(self.config.discover_interval * 1000)
         inbox = inbox_and_partitions(self.storage, self.keys, memory, self.run_all, now, every)
         parts: list[Part] = []
@@ -252,7 +242,6 @@ class Coordinator:
                 batch_size=self.settings.batch_size,
                 in_flight=in_flight,
                 live=live,
-                first=first,
             )
             parts += read
             if failed is not None:
@@ -280,8 +269,6 @@ class Coordinator:
             raise
         for part in parts:
             part.cursor.delete_done(self.storage)
-        # A slot left (or one to park behind): the next tick reads too (ahead.py).
-        memory.read = self.chain or running(memory.known) < self.settings.max_in_flight_tickets
         candidates = [c for part in parts for c in part.candidates]
         result = self._result(
             reaped,

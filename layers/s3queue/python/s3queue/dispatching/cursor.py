@@ -21,7 +21,7 @@ from dataclasses import dataclass, field, replace
 from s3queue.contract.settings import CoordinatorSettings
 from s3queue.dispatching import scan
 from s3queue.protocol.keys import MsgKey, QueueKeys
-from s3queue.storage.base import Page, Storage, written_ago
+from s3queue.storage.base import Storage, written_ago
 
 
 @dataclass(slots=True)
@@ -67,14 +67,6 @@ class Cursor:
         self.swept, self.swept_ms = saved.swept, saved.swept_ms
         self.notices = []  # kept in S3: read and followed again
 
-    def ahead(self, now: int) -> str | None:
-        """Where the next read's first page of ``msg/`` starts (`start_after`), for a tick
-        that lists it beside its LIST of tickets (coordinator.py, `Coordinator.tick`); None
-        when a sweep is due (it starts over, and a prefetch is not worth it)."""
-        if now - self.swept_ms >= round(self.config.sweep_interval * 1000):
-            return None
-        return self.start_after
-
     def read(
         self,
         storage: Storage,
@@ -83,7 +75,6 @@ class Cursor:
         *,
         want: int,
         inbox: Iterable[scan.Candidate] = (),
-        first: tuple[str, Page] | None = None,
     ) -> tuple[list[scan.Candidate], str]:
         """Candidates: this partition's `inbox` ones (the caller lists the inbox once for every
         partition), one page from the rewind point if any, and pages from the cursor until
@@ -92,8 +83,7 @@ class Cursor:
 
         The first page is sized to `want`, the messages the tick can dispatch (parsing a full
         page of 1,000 costs a busy coordinator more than the LIST itself); later ones ask for
-        a full page, so a long run of a busy group's messages is crossed quickly. `first`:
-        a page already listed from its `start_after` (`ahead`), used if the scan starts there.
+        a full page, so a long run of a busy group's messages is crossed quickly.
         """
         self._now = now
         swept = now - self.swept_ms >= round(self.config.sweep_interval * 1000)
@@ -104,10 +94,7 @@ class Cursor:
         if rewinds and self.keys.msg_after(min(rewinds)) < start_after:
             self._page(storage, self.keys.msg_after(min(rewinds)), found, 1000)
         first_page = min(1000, 2 * want + 100)
-        listed = first[1] if first is not None and first[0] == start_after else None
-        stopped = self._main(
-            storage, start_after, found, now, enough, first_page=first_page, listed=listed
-        )
+        stopped = self._main(storage, start_after, found, now, enough, first_page=first_page)
         self._follow(storage, found)
         # Every LIST answered: only now are the rewind and the wake-ups used up (a tick that
         # fails half-way must not lose them, or a group's waiting head is left behind).
@@ -127,16 +114,11 @@ class Cursor:
         enough: Callable[[Iterable[scan.Candidate]], bool],
         *,
         first_page: int,
-        listed: Page | None = None,
     ) -> str:
-        """The pages from the cursor (the first one `listed` already, if given); the last key
-        read if they stopped short of now."""
+        """The pages from the cursor; the last key read if they stopped short of now."""
         start, stopped, limit = start_after or None, "", first_page
         for _ in range(self.config.scan_pages):
-            if listed is not None:
-                stopped, listed = self._take(listed, found), None
-            else:
-                stopped = self._page(storage, start, found, limit)
+            stopped = self._page(storage, start, found, limit)
             if not stopped or _sort_ms(self.keys, stopped) > now:
                 return ""
             start, limit = stopped, 1000
@@ -226,10 +208,7 @@ class Cursor:
         self, storage: Storage, start: str | None, found: dict[str, scan.Candidate], limit: int
     ) -> str:
         """One LIST of msg/ into `found`; its last key when truncated, else ""."""
-        return self._take(storage.list(self.keys.msg, start_after=start, limit=limit), found)
-
-    def _take(self, page: Page, found: dict[str, scan.Candidate]) -> str:
-        """One page of msg/ into `found`; its last key when truncated, else ""."""
+        page = storage.list(self.keys.msg, start_after=start, limit=limit)
         ttl = round(self.config.tombstone_ttl * 1000)
         for entry in page.entries:
             if self.keys.is_tombstone(entry.key, entry.size):

@@ -15,7 +15,7 @@ from s3queue.common.concurrency import RunAll, attempted, settled
 from s3queue.dispatching import scan
 from s3queue.dispatching.view import LiveRef, Memory, Part, busy_groups, by_priority, dispatchable
 from s3queue.protocol.keys import QueueKeys, is_folder_name
-from s3queue.storage.base import Page, Storage
+from s3queue.storage.base import Storage
 
 __all__ = [
     "Inbox",
@@ -91,12 +91,9 @@ def read_round(
     batch_size: int,
     in_flight: set[str],
     live: list[LiveRef],
-    first: dict[str | None, tuple[str, Page]] | None = None,
 ) -> tuple[list[Part], Exception | None]:
     """Every folder of this tick's round (`this_round`) read at once, each its own cursor's
-    LIST: the parts read, and the first error one raised (the caller undoes the others).
-    `first`: pages listed already, by folder (`Cursor.ahead`)."""
-    listed = first or {}
+    LIST: the parts read, and the first error one raised (the caller undoes the others)."""
     reads: list[Callable[[], Part]] = [
         partial(
             read_folder,
@@ -109,7 +106,6 @@ def read_round(
             in_flight=in_flight,
             live=live,
             inbox=inbox.get(folder, []),
-            first=listed.get(folder),
         )
         for folder in this_round(memory, inbox, per_tick)
     ]
@@ -127,7 +123,6 @@ def read_folder(
     in_flight: set[str],
     live: list[LiveRef],
     inbox: list[scan.Candidate],
-    first: tuple[str, Page] | None = None,
 ) -> Part:
     """One partition's candidates, read until there are `want` messages to dispatch."""
     cursor = memory.cursors.of(partition)
@@ -137,7 +132,7 @@ def read_folder(
         return dispatchable(found, in_flight, busy, batch_size) >= want
 
     saved = cursor.snapshot()
-    candidates, stopped = cursor.read(storage, now, enough, want=want, inbox=inbox, first=first)
+    candidates, stopped = cursor.read(storage, now, enough, want=want, inbox=inbox)
     # A group whose waiting message this tick did not read is blocked: its later messages
     # may not overtake it (FIFO), wherever the cursor is.
     absent = cursor.absent_heads(candidates)

@@ -153,9 +153,7 @@ class Publisher:
         self.emit("dispatch", now, ticket=key, refs=[c.key for c in batch], messages=count)
         if etag is None:
             # A worker invoked with the stale copy and this ETag would claim it over its
-            # holder. It is in flight; the next tick learns it (LIST, one GET), listing the
-            # messages only after the tickets (a ticket the leader does not know may be gone).
-            memory.read = False
+            # holder. It is in flight; the next tick learns it (LIST, one GET).
             return count
         known = Known(ticket, etag, invoked_ms=now)
         memory.known[key] = known

@@ -40,9 +40,6 @@ class Memory:
     """The partition served last in the last round: the next round starts after it."""
     limits: Limits | None = None
     """The queue's limits and their pacing in this epoch (limits.py); None: it has none."""
-    read: bool = False
-    """The last tick of this epoch read the folders (it had a slot): the next one lists its
-    first pages beside the tickets (coordinator.py, `Coordinator.tick`)."""
 
 
 @dataclass(slots=True)
