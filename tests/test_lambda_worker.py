@@ -53,14 +53,22 @@ def aws(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
     yield from moto_aws(monkeypatch)
 
 
-@pytest.fixture
-def worker_app(aws: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[ModuleType]:
+def _load_app(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, settings: dict[str, Any]
+) -> ModuleType:
+    """The worker function of queue send_email with `settings`, on a fresh container."""
     monkeypatch.setenv("S3QUEUE_BUCKET", BUCKET)
     monkeypatch.setenv("S3QUEUE_QUEUE", "send_email")
-    monkeypatch.setenv("S3QUEUE_SETTINGS", json.dumps(EMAILS))
+    monkeypatch.setenv("S3QUEUE_SETTINGS", json.dumps(settings))
     monkeypatch.setenv("S3QUEUE_OUTBOX", str(tmp_path / "outbox"))
     app = load_worker_app()
     app.container.cache_clear()
+    return app
+
+
+@pytest.fixture
+def worker_app(aws: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[ModuleType]:
+    app = _load_app(monkeypatch, tmp_path, EMAILS)
     app.metrics.clear_metrics()
     yield app
     app.container.cache_clear()
@@ -328,12 +336,7 @@ def test_a_parking_queue_runs_the_successor_in_the_same_invocation(
 ) -> None:
     # GIVEN a queue that parks (SETTINGS chain), one slot, a second ticket parked behind the first
     settings = {**EMAILS, "batch_size": 2, "max_in_flight_tickets": 1, "chain": True}
-    monkeypatch.setenv("S3QUEUE_BUCKET", BUCKET)
-    monkeypatch.setenv("S3QUEUE_QUEUE", "send_email")
-    monkeypatch.setenv("S3QUEUE_SETTINGS", json.dumps(settings))
-    monkeypatch.setenv("S3QUEUE_OUTBOX", str(tmp_path / "outbox"))
-    app = load_worker_app()
-    app.container.cache_clear()
+    app = _load_app(monkeypatch, tmp_path, settings)
     storage = S3Storage(aws, BUCKET)
     queue = Queue("send_email", storage=storage)
     invocations: list[dict[str, Any]] = []
