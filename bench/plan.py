@@ -91,11 +91,13 @@ class Plan:
         "concurrency=32",
         "concurrency=64",
         "max_batch_size=10",
+        "chain=1",
         "packed:concurrency=32",
         "packed:concurrency=32,max_batch_size=2000",
     )
     """More capacity points, one queue, each with these settings on top; ``packed:`` first:
-    `enqueue_many(100)`, else `enqueue`."""
+    `enqueue_many(100)`, else `enqueue`. ``chain=1``: tickets parked behind live ones
+    (`QueueSettings.chain`), what the default slots deliver that way."""
     aws_sim_variant_offered: float = 3_200.0
     """`enqueue`s a second offered in the variants: just below what S3 takes on one prefix
     (3,500 writes/s, the queue's own writes included)."""
