@@ -54,13 +54,19 @@ def aws(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
 
 
 def _load_app(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, settings: dict[str, Any]
+    monkeypatch: pytest.MonkeyPatch,
+    settings: dict[str, Any],
+    *,
+    queue: str = "send_email",
+    outbox: Path | None = None,
 ) -> ModuleType:
-    """The worker function of queue send_email with `settings`, on a fresh container."""
+    """The worker function of `queue` with `settings` (send_email's e-mails into `outbox`), on
+    a fresh container."""
     monkeypatch.setenv("S3QUEUE_BUCKET", BUCKET)
-    monkeypatch.setenv("S3QUEUE_QUEUE", "send_email")
+    monkeypatch.setenv("S3QUEUE_QUEUE", queue)
     monkeypatch.setenv("S3QUEUE_SETTINGS", json.dumps(settings))
-    monkeypatch.setenv("S3QUEUE_OUTBOX", str(tmp_path / "outbox"))
+    if outbox is not None:
+        monkeypatch.setenv("S3QUEUE_OUTBOX", str(outbox))
     app = load_worker_app()
     app.container.cache_clear()
     return app
@@ -68,7 +74,7 @@ def _load_app(
 
 @pytest.fixture
 def worker_app(aws: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[ModuleType]:
-    app = _load_app(monkeypatch, tmp_path, EMAILS)
+    app = _load_app(monkeypatch, EMAILS, outbox=tmp_path / "outbox")
     app.metrics.clear_metrics()
     yield app
     app.container.cache_clear()
@@ -78,9 +84,16 @@ def worker_app(aws: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Ite
 class Setup:
     """The producer and a coordinator of queue send_email on the moto bucket."""
 
-    def __init__(self, client: Any, clock: FakeClock | None = None) -> None:
+    def __init__(
+        self,
+        client: Any,
+        clock: FakeClock | None = None,
+        settings: dict[str, Any] = EMAILS,
+        *,
+        chain: bool = False,
+    ) -> None:
         self.storage = S3Storage(client, BUCKET)
-        self.settings = QueueSettings.from_mapping(EMAILS)
+        self.settings = QueueSettings.from_mapping(settings)
         self.queue = Queue("send_email", storage=self.storage)
         self.invocations: list[dict[str, Any]] = []
         # moto stamps Last-Modified and Date with the real time; a fake clock drives them here,
@@ -92,6 +105,7 @@ class Setup:
             invoker=self.invocations.append,
             settings=self.settings,
             clock=clock,
+            chain=chain,
         )
 
     def tickets(self) -> list[dict[str, Any]]:
@@ -301,11 +315,7 @@ def test_a_large_payload_through_the_worker_lambda(
     module.handle = handle  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, "handlers.payloads", module)
     settings = {"max_message_bytes": 64 * 1024}
-    monkeypatch.setenv("S3QUEUE_BUCKET", BUCKET)
-    monkeypatch.setenv("S3QUEUE_QUEUE", "payloads")
-    monkeypatch.setenv("S3QUEUE_SETTINGS", json.dumps(settings))
-    app = load_worker_app()
-    app.container.cache_clear()
+    app = _load_app(monkeypatch, settings, queue="payloads")
     storage = S3Storage(aws, BUCKET)
     data = bytes(range(256)) * 2048  # 512 KiB
     (tmp_path / "payload.bin").write_bytes(data)
@@ -336,22 +346,12 @@ def test_a_parking_queue_runs_the_successor_in_the_same_invocation(
 ) -> None:
     # GIVEN a queue that parks (SETTINGS chain), one slot, a second ticket parked behind the first
     settings = {**EMAILS, "batch_size": 2, "max_in_flight_tickets": 1, "chain": True}
-    app = _load_app(monkeypatch, tmp_path, settings)
-    storage = S3Storage(aws, BUCKET)
-    queue = Queue("send_email", storage=storage)
-    invocations: list[dict[str, Any]] = []
-    coordinator = Coordinator(
-        storage,
-        "send_email",
-        invoker=invocations.append,
-        settings=QueueSettings.from_mapping(settings),
-        chain=True,
-    )
-    queue.enqueue_many([email("Ada"), email("Grace")])
-    coordinator.tick()
-    queue.enqueue_many([email("Alan"), email("Edsger")])
-    coordinator.tick()
-    [payload] = [json.loads(json.dumps(p)) for p in invocations]
+    app = _load_app(monkeypatch, settings, outbox=tmp_path / "outbox")
+    setup = Setup(aws, settings=settings, chain=True)
+    setup.queue.enqueue_many([email("Ada"), email("Grace")])
+    [payload] = setup.tickets()
+    setup.queue.enqueue_many([email("Alan"), email("Edsger")])
+    assert setup.tickets() == []  # parked, not invoked
     # WHEN the worker function runs the one invoked ticket
     result = app.handler(payload, FakeContext())
     app.container.cache_clear()
@@ -362,6 +362,5 @@ def test_a_parking_queue_runs_the_successor_in_the_same_invocation(
     ]
     assert result["tickets"][0]["ticket"] == payload["ticket"]
     assert len(list((tmp_path / "outbox").iterdir())) == 4
-    coordinator.tick()  # both gone: the pointer is deleted
-    keys = [e.key for e in storage.list("s3queue/send_email/").entries]
-    assert keys == ["s3queue/send_email/coordinator"]  # the lease alone
+    setup.coordinator.tick()  # both gone: the pointer is deleted
+    assert setup.keys("") == ["s3queue/send_email/coordinator"]  # the lease alone

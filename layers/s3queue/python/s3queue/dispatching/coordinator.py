@@ -142,7 +142,6 @@ class Coordinator:
             self.reconciler,
             run_all or Threads(self.config.publish_concurrency, "s3queue-publish"),
             self.emit,
-            chain=chain,
         )
         self.gate = Gate(storage, self.keys, self.settings)
         self.holds = HoldReport(storage, self.keys.holds)
@@ -291,8 +290,10 @@ class Coordinator:
         if limits is not None and limits.permit(0) is not None:
             permits = [limits.permit(sum(c.count for c in b)) for b in batches]
         afters: list[str | None] = [*spots[: len(batches)]] if spots else [None] * len(batches)
+        # Tickets that take every slot left: a parking leader marks them for a successor.
         full = running(self.memory.known) + len(batches) >= self.settings.max_in_flight_tickets
-        published = self.publisher.publish_all(self.memory, batches, now, permits, afters, full)
+        chain = self.chain and full
+        published = self.publisher.publish_all(self.memory, batches, now, permits, afters, chain)
         done: dict[int, list[int]] = {i: [] for i in range(len(parts))}
         for (i, _), count in zip(order, published, strict=True):
             done[i].append(count)

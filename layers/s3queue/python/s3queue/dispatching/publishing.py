@@ -42,8 +42,6 @@ class Publisher:
     run_all: RunAll
     emit: Emitter
     doubting: threading.Lock = field(default_factory=threading.Lock)
-    chain: bool = False
-    """Park tickets behind live ones once every slot is taken (`Coordinator.chain`)."""
 
     def publish_all(
         self,
@@ -52,7 +50,7 @@ class Publisher:
         now: int,
         permits: list[Permit | None] | None = None,
         afters: list[str | None] | None = None,
-        full: bool = False,
+        chain: bool = False,
     ) -> list[int]:
         """Each batch's message count once published (0: not published).
 
@@ -63,11 +61,9 @@ class Publisher:
         PUT has, so the next block is reserved after every PUT of this one returned (lease.py
         says why that fences). The first error is raised once every publication has returned;
         what was published is known. `permits`: each batch's, for a rate-limited queue;
-        `afters`: the live ticket each batch is parked behind (None: invoked now); `full`:
-        they take every slot left, so a leader that parks (`Coordinator.chain`) marks them
-        for their workers to look for a successor (`Ticket.chain`).
+        `afters`: the live ticket each batch is parked behind (None: invoked now); `chain`:
+        mark them for their workers to look for a successor (`Ticket.chain`).
         """
-        chain = full and self.chain
         given: list[Permit | None] = permits if permits is not None else [None] * len(batches)
         behind: list[str | None] = afters if afters is not None else [None] * len(batches)
         if len(batches) < 2 or self.config.publish_concurrency < 2:
@@ -171,11 +167,8 @@ class Publisher:
         invocation = known.ticket.invocation(key, known.etag)
         body = json.dumps(invocation, separators=(",", ":")).encode()
         self.emit("park", now, ticket=key, after=after)
-        point = partial(self._point, self.keys.chain(after), body, key, now)
-        if self.reconciler.send is not None:  # as an invoke: the tick does not wait for it
-            self.reconciler.send(point)
-        else:
-            point()
+        # as an invoke: the tick does not wait for it
+        self.reconciler.background(partial(self._point, self.keys.chain(after), body, key, now))
 
     def _point(self, pointer: str, body: bytes, key: str, now: int) -> None:
         try:

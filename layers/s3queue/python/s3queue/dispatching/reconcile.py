@@ -10,6 +10,7 @@ listed is forgotten, and its groups' next messages are rewound to (`Cursor.finis
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
@@ -23,6 +24,8 @@ from s3queue.protocol.keys import QueueKeys
 from s3queue.protocol.lease import LeaderLease
 from s3queue.protocol.tickets import Invocation, Ticket
 from s3queue.storage.base import Entry, Storage, new_token, written_ago
+
+log = logging.getLogger(__name__)
 
 Invoker = Callable[[Invocation], None]
 """Starts a worker on a ticket (Lambda ``Event`` invoke, or a local pool)."""
@@ -158,7 +161,7 @@ class Reconciler:
         finished = {key: known.pop(key) for key in [k for k in known if k not in seen]}
         for gone in finished.values():
             cursors.finished(r.key for r in gone.ticket.refs)
-        self.drop_pointers(known, finished)
+        self._drop_pointers(known, finished)
         return Reconciled(reaped, finished)
 
     def _drop_fenced(self, entry: Entry) -> None:
@@ -219,7 +222,7 @@ class Reconciler:
         delivery (a reaped one is redelivered from the start, and may not chain). Else it
         leaves the park: claimed by the predecessor's worker (its ETag changed), or invoked
         now (that worker claims a successor before its own ticket is deleted, so one still
-        pending behind a ticket gone was not taken), its pointer deleted."""
+        pending behind a ticket gone was not taken)."""
         after = found.ticket.after
         assert after is not None
         before = known.get(after)
@@ -232,23 +235,19 @@ class Reconciler:
         self.invoke(entry.key, found, now, reason="unparked")
         return True
 
-    def drop_pointers(self, known: dict[str, Known], finished: dict[str, Known]) -> None:
+    def _drop_pointers(self, known: dict[str, Known], finished: dict[str, Known]) -> None:
         """Delete the pointers to the successors of the tickets that finished: taken or
         invoked, they serve nobody now (in the background with `send`)."""
         for found in [*known.values(), *finished.values()]:
             after = found.ticket.after
             if after is not None and after in finished:
-                drop = partial(self._drop_pointer, after)
-                if self.send is not None:
-                    self.send(drop)
-                else:
-                    drop()
+                self.background(partial(self._drop_pointer, after))
 
     def _drop_pointer(self, after: str) -> None:
         try:
             self.storage.delete(self.keys.chain(after))
         except StorageError as exc:  # a stray pointer names a ticket no longer pending
-            self.emit("invoke_failed", self.clock.now_ms(), ticket=after, error=repr(exc))
+            log.warning("pointer of %s not deleted: %s", after, exc)
 
     def _reap(self, key: str, found: Known, now: int) -> int:
         """Expired claim: CAS the ticket to a new generation, then invoke a worker again."""
@@ -274,10 +273,14 @@ class Reconciler:
         the answer); a failed invoke is retried after dispatch_timeout."""
         found.invoked_ms = now
         invocation = found.ticket.invocation(key, found.etag, held=self.in_process)
+        self.background(partial(self._invoke, key, invocation, now, reason))
+
+    def background(self, job: Callable[[], None]) -> None:
+        """Run `job` on `send`'s threads if set (the tick does not wait for it), else now."""
         if self.send is not None:
-            self.send(partial(self._invoke, key, invocation, now, reason))
+            self.send(job)
         else:
-            self._invoke(key, invocation, now, reason)
+            job()
 
     def _invoke(self, key: str, invocation: Invocation, now: int, reason: str) -> None:
         try:

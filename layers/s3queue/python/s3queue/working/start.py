@@ -43,7 +43,7 @@ if TYPE_CHECKING:
 
 CHAIN_POLLS_MS = (0, 50, 50, 100, 100, 100)
 """How a worker waits for the pointer to its ticket's successor: a GET after each of these
-pauses, about one of the leader's ticks in all (`Worker._successor`)."""
+pauses, about one of the leader's ticks in all (`Start.successor`)."""
 Status = Literal["committed", "applied", "paused", "rejected", "deferred", "busy", "lost", "gone"]
 """``paused``: a committed ticket's apply ran out of time; the next invocation goes on."""
 

@@ -155,7 +155,8 @@ class Worker:
         stream: Stream | None = None,
     ) -> tuple[WorkResult, Begun | WorkResult | None]:
         """Run the claimed ticket's messages (`stream`: their reads, if started), commit,
-        begin its successor if the leader parked one behind it (`_successor`), apply."""
+        apply; and begin its successor if the leader parked one behind it (`Start.successor`,
+        just before the apply deletes the ticket)."""
         key = claim.key
         try:
             with Beating(claim, self.heartbeat_thread):
@@ -171,10 +172,13 @@ class Worker:
             ticket=key,
             outcomes=[(o.id, o.kind) for o in claim.ticket.outcomes],
         )
-        found: list[Begun | WorkResult | None] = [None]
-        look = None
-        if self.chain and claim.ticket.chain and self.behind is None:
-            look = partial(self._look, key, claim.ticket, remaining_ms, found)
+        successor: Begun | WorkResult | None = None
+
+        def look() -> None:
+            nonlocal successor
+            successor = self.start.successor(key, claim.ticket, remaining_ms)
+
+        chains = self.chain and claim.ticket.chain and self.behind is None
         apply = partial(
             self._apply,
             key,
@@ -182,7 +186,7 @@ class Worker:
             claim.etag,
             Reader(self, claim.loaded),
             remaining_ms,
-            before_delete=look,
+            before_delete=look if chains else None,
         )
         try:
             if self.behind is not None:
@@ -190,20 +194,11 @@ class Worker:
             else:
                 apply()
         except BaseException:
-            if isinstance(found[0], Begun) and found[0].stream is not None:
-                found[0].stream.close()
+            if isinstance(successor, Begun) and successor.stream is not None:
+                successor.stream.close()
             raise
         guard.reraise()  # a Ctrl-C in the main thread, now that nothing waits on a lease
-        return WorkResult(key, "committed", list(claim.ticket.outcomes)), found[0]
-
-    def _look(
-        self,
-        key: str,
-        ticket: Ticket,
-        remaining_ms: Callable[[], int] | None,
-        found: list[Begun | WorkResult | None],
-    ) -> None:
-        found[0] = self.start.successor(key, ticket, remaining_ms)
+        return WorkResult(key, "committed", list(claim.ticket.outcomes)), successor
 
     def _apply(
         self,
