@@ -27,6 +27,8 @@ class Lambda:
         self.inner, self.clock = inner, clock
         self.deadline_ms = 0
         self.requests = 0
+        self.calls: list[tuple[str, str]] = []
+        """(method, key) of each request; the key is "" where the first argument is not one."""
 
     def start(self) -> None:
         self.deadline_ms = self.clock.now_ms() + round(LAMBDA_S * 1000)
@@ -43,6 +45,7 @@ class Lambda:
             if self.clock.now_ms() >= self.deadline_ms:
                 raise Crash("Lambda timeout")
             self.requests += 1
+            self.calls.append((name, args[0] if args and isinstance(args[0], str) else ""))
             self.clock.advance(REQUEST_S)
             return attr(*args, **kwargs)
 
@@ -97,6 +100,28 @@ def test_a_1000_ref_committed_ticket_is_applied_by_successive_invocations_under_
     keys = h.keys("msg/")
     assert len(keys) == REFS and all("~n" not in k and "~o0000000001-0000000000" in k for k in keys)
     assert lam.requests <= 2 * REFS + 2 * (REFS // 100) + 10, lam.requests
+
+
+def test_an_apply_that_only_deletes_records_no_progress_and_deletes_in_one_request() -> None:
+    # GIVEN one ticket of 1,000 messages, each of whose requests takes 30 ms
+    h = Harness(settings=QueueSettings(batch_size=REFS, max_batch_size=REFS))
+    for i in range(REFS):
+        h.queue.enqueue(i)
+    h.tick()
+    [invocation] = h.invocations
+    key = invocation["ticket"]
+    lam = Lambda(h.storage, h.clock)
+    worker = h.new_worker("w")
+    worker.storage = lam  # type: ignore[assignment]
+    # WHEN a worker runs it, each message done, and applies it
+    lam.start()
+    result = worker.process(invocation, lambda m: None, remaining_ms=lam.remaining_ms)
+    # THEN the apply records no progress (it takes less than `APPLY_RECORD_MS`): after the
+    # commit, the 1,000 messages go in one DeleteObjects, then the ticket goes
+    assert result.status == "committed" and not h.keys("msg/") and not h.keys("tickets/")
+    writes = [call for call in lam.calls if call[0] in ("put", "delete", "delete_many")]
+    apply = writes[writes.index(("delete_many", "")) :]
+    assert apply == [("delete_many", ""), ("delete", key)], apply
 
 
 def test_long_error_texts_are_bounded_and_a_large_ticket_travels_as_a_reference() -> None:

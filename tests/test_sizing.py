@@ -3,6 +3,7 @@ bounded by the pace tickets finish at, by `max_batch_size`, and never in the las
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 
 import pytest
@@ -12,8 +13,10 @@ from s3queue.dispatching.sizing import (
     GROWN_BYTES,
     GROWTH,
     QUEUED_MS,
+    SLOT_SHARE,
     Pace,
     Sizes,
+    least,
     most,
     sizes,
 )
@@ -259,3 +262,65 @@ def test_a_pace_is_adopted_only_by_a_pace_that_saw_nothing_and_only_if_it_makes_
     assert not fresh.adopt(Pace().state())  # has its own now
     for nonsense in ((), (1.0, 2.0), (1.0, -5.0, 1.0, 1.0, 1.0), (1.0, 0.0, 1.0, 0.0, 0.0)):
         assert not Pace().adopt(nonsense)
+
+
+def _fitted(fixed_ms: int, per_ms: int) -> Pace:
+    """A pace whose recent tickets (100 and 400 messages) lived `fixed_ms` + `per_ms` each."""
+    pace = Pace()
+    for _ in range(10):
+        for n in (100, 400):
+            pace.finished(n, fixed_ms + per_ms * n)
+    return pace
+
+
+def test_tickets_are_no_smaller_than_the_slots_keep_up_with_at_the_arrival_rate() -> None:
+    """Issue 22's p99 at half capacity: a tick that spread what it found over every free slot
+    left the next ticks none, and messages waited for a slot. `rate / n` tickets a second hold
+    ``rate * (fixed / n + per)`` slots; `least` keeps that within SLOT_SHARE of them."""
+    settings = QueueSettings(max_in_flight_tickets=8, max_batch_size=1000)
+    pace = _fitted(500, 2)  # a ticket lives 0.5 s plus 2 ms a message
+    largest = most(settings, pace)
+    assert 745 <= largest <= 750  # (2 s - 0.5 s) / 2 ms
+    spare = SLOT_SHARE * 8 - 1000 * 0.002
+    assert least(settings, pace, 1000.0) == math.ceil(1000 * 0.5 / spare) == 139
+    assert least(settings, pace, None) == 10  # no rate measured yet
+    assert least(settings, pace, 50.0) == 10  # a slow trickle: batch_size
+    assert least(settings, pace, 3000.0) == largest  # past what the slots can do
+    assert least(settings, pace, 1000.0, queued=1) == 10  # workers short, not slots
+    assert least(settings, Pace(), 1000.0) == 10  # no line through the pace yet
+    # 300 ready at 1,000 a second: three tickets of 100, not seven of 43
+    assert sizes(settings, pace, ready=300, free=8, live_grown=0, rate=1000.0) == Sizes(10, 100, 3)
+    assert sizes(settings, pace, ready=300, free=8, live_grown=0) == Sizes(10, 43, 7)
+    # ...but one for each folder with work, if there are more
+    assert sizes(settings, pace, ready=300, free=8, live_grown=0, rate=1000.0, folders=5) == Sizes(
+        10, 60, 5
+    )
+
+
+def test_a_tick_keeps_free_slots_for_the_next_ones_but_serves_every_partition() -> None:
+    # GIVEN a leader that knows five partitions, whose tickets live 0.5 s plus 2 ms a message,
+    # ticking every 0.3 s
+    h = Harness(settings=QueueSettings(max_in_flight_tickets=8, max_batch_size=1000))
+    for p in range(5):
+        h.queue.enqueue(p, partition=f"p{p}")
+    handler = Recorder()
+    h.drain(handler)
+
+    def burst(partitions: list[str | None]) -> list[int]:
+        h.tick()  # sees the last tickets finished
+        h.coordinator.pace = _fitted(500, 2)
+        h.invocations.clear()
+        h.clock.advance(0.3)
+        for i in range(300):  # 1,000 a second since the last tick
+            h.queue.enqueue(i, partition=partitions[i % len(partitions)])
+        h.tick()
+        sizes_ = refs_per_ticket(h)
+        h.drain(handler)
+        return sizes_
+
+    # WHEN 300 messages arrived in one folder since the last tick
+    # THEN it makes three tickets of 100, leaving five slots free
+    assert burst([None]) == [100, 100, 100]
+    # AND when they arrived in five partitions, each gets a ticket that takes all of its
+    assert burst([f"p{p}" for p in range(5)]) == [60] * 5
+    assert len(handler.bodies()) == 605

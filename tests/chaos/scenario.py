@@ -261,13 +261,15 @@ def _conclude(
 
 @contextlib.contextmanager
 def _apply_step(step: int) -> Iterator[None]:
-    """Applies record their progress every `step` refs during the run (0: as shipped)."""
-    saved = apply.APPLY_STEP
-    apply.APPLY_STEP = step or saved
+    """Applies record their progress every `step` refs during the run, however fast they go
+    (0: as shipped)."""
+    saved = apply.APPLY_STEP, apply.APPLY_RECORD_MS
+    if step:
+        apply.APPLY_STEP, apply.APPLY_RECORD_MS = step, 0
     try:
         yield
     finally:
-        apply.APPLY_STEP = saved
+        apply.APPLY_STEP, apply.APPLY_RECORD_MS = saved
 
 
 def _fault_counts(log: FaultLog, history: History) -> Counter[str]:

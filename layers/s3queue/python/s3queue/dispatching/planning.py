@@ -21,6 +21,9 @@ from s3queue.protocol.keys import QueueKeys, split_lane
 
 __all__ = ["budgets_of", "plan_round"]
 
+MIN_TICK_MS = 50
+"""Arrival rates are measured over at least this long (two ticks close together)."""
+
 
 def budgets_of(memory: Memory, now: int, live: list[LiveRef]) -> Budgets | None:
     """This tick's budgets under the queue's limits (None: it has none)."""
@@ -54,12 +57,20 @@ def plan_round(
     each live ticket's refs."""
     origins = {keys.ticket_origin(key) for key in memory.known}
     batch_size = settings.batch_size
-    ready = sum(
-        dispatchable(part.candidates, in_flight, part.blocked, batch_size) for part in parts
-    )
+    each = [dispatchable(p.candidates, in_flight, p.blocked, batch_size) for p in parts]
+    ready = sum(each)
     grown = sum(1 for refs in live_tickets if count_refs(refs) > batch_size)
+    since, memory.planned_ms = memory.planned_ms, now
+    rate = ready * 1000 / max(now - since, MIN_TICK_MS) if since is not None else None
     sizes = sizing.sizes(
-        settings, pace, ready=ready, free=capacity, live_grown=grown, queued=queued
+        settings,
+        pace,
+        ready=ready,
+        free=capacity,
+        live_grown=grown,
+        queued=queued,
+        rate=rate,
+        folders=sum(1 for n in each if n),
     )
     offset = 0
 

@@ -32,6 +32,9 @@ a grown ticket from doing harm:
 - **A quick lane.** Grown tickets never take the last slot: one stays for tickets of
   `batch_size` at most, so a partition, a FIFO group or a message that arrives behind a
   backlog gets a slot within about one small ticket's time, not a grown one's.
+- **Slots for the next ticks.** Tickets are no smaller than the arrival rate needs to keep
+  the slots at most `SLOT_SHARE` busy (`least`): a tick that spread its messages over every
+  free slot left the next ticks none (issue 22's p99 at half capacity).
 
 Packed objects count their messages: a pack of 100 fits a grown ticket beside others, which
 is what lets packed enqueues share tickets (one claim for many objects).
@@ -125,6 +128,11 @@ class Pace:
         return fixed, per
 
 
+SLOT_SHARE = 0.7
+"""Share of the slots that arrivals may keep busy on average (`least`): the rest absorbs
+bursts, so a tick rarely finds every slot taken."""
+
+
 @dataclass(frozen=True, slots=True)
 class Sizes:
     """A tick's ticket sizes: the first `grown` new tickets may carry up to `grown_size`
@@ -149,16 +157,44 @@ def sizes(
     free: int,
     live_grown: int,
     queued: int = 0,
+    rate: float | None = None,
+    folders: int = 1,
 ) -> Sizes:
-    """Ticket sizes for a tick that found `ready` dispatchable messages, with `free` slots,
-    `live_grown` grown tickets still live and `queued` waiting for a worker."""
+    """Ticket sizes for a tick that found `ready` dispatchable messages in `folders` folders,
+    with `free` slots, `live_grown` grown tickets still live and `queued` waiting for a
+    worker; `rate`: how many arrive a second.
+
+    Fewer, larger tickets when `rate` needs them (`least`): a tick that spread what it found
+    over every free slot left the next ticks none, and their messages waited for a slot (issue
+    22's p99 at half capacity). Each folder still gets its ticket."""
     small = settings.batch_size
     lanes = max(0, settings.max_in_flight_tickets - 1 - live_grown)
     grown = min(free, lanes)
+    floor = least(settings, pace, rate, queued)
+    if floor > small and grown > 0:
+        grown = min(grown, max(folders, math.ceil(ready / floor)))
+        size = min(most(settings, pace, queued), math.ceil(ready / grown))
+        return Sizes(small, size, grown) if size > small else Sizes(small, small, 0)
     if grown <= 0 or ready <= free * small:
         return Sizes(small, small, 0)
     size = min(most(settings, pace, queued), math.ceil(ready / grown))
     return Sizes(small, size, grown) if size > small else Sizes(small, small, 0)
+
+
+def least(settings: QueueSettings, pace: Pace, rate: float | None, queued: int = 0) -> int:
+    """The smallest ticket that keeps the slots from filling up at `rate` arrivals a second:
+    each ticket holds a slot for its fixed part plus its messages' (`Pace.fit`), so `rate / n`
+    tickets a second keep ``rate * (fixed / n + per)`` slots busy, at most `SLOT_SHARE` of
+    them. `batch_size` when the pace cannot tell (and the largest when nothing smaller does)."""
+    line = pace.fit()
+    if rate is None or line is None or queued:
+        return settings.batch_size
+    fixed, per = line
+    spare = SLOT_SHARE * settings.max_in_flight_tickets - rate * per / 1000
+    largest = most(settings, pace, queued)
+    if spare <= 0:
+        return largest
+    return max(settings.batch_size, min(largest, math.ceil(rate * fixed / 1000 / spare)))
 
 
 def most(settings: QueueSettings, pace: Pace, queued: int = 0) -> int:

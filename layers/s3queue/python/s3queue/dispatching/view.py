@@ -40,6 +40,9 @@ class Memory:
     """The partition served last in the last round: the next round starts after it."""
     limits: Limits | None = None
     """The queue's limits and their pacing in this epoch (limits.py); None: it has none."""
+    planned_ms: int | None = None
+    """When the last tick planned: the ready messages over the time since say how fast work
+    arrives (`sizing.sizes`)."""
 
 
 @dataclass(slots=True)

@@ -3,7 +3,8 @@
 Order per ticket: PUT every copy (retry copies, remainders, dead letters: copies.py), mark
 explicit-id markers done, retire the source objects, then DELETE the ticket. A source is
 retired only after its copies exist, and the ticket only after all of that. A large ticket
-goes in steps of `APPLY_STEP` refs, its progress recorded in the ticket (`apply_ticket`).
+that takes a while goes in steps of `APPLY_STEP` refs, its progress recorded in the ticket
+(`apply_ticket`).
 
 Copies are created with If-None-Match on deterministic keys, so two appliers write each once.
 A copy must also never be written *again* after it was consumed (handled and retired), or it
@@ -37,7 +38,12 @@ Loader = Callable[[Ref], Loaded | None]
 
 
 APPLY_STEP = 100
-"""Refs applied between two records of progress in a ticket too large for one step."""
+"""Refs applied between two records of progress in a ticket too large for one step..."""
+APPLY_RECORD_MS = 1000
+"""...once the apply has run this long since its start or last record: an apply that only
+deletes (every message done) takes a moment per step, and recording it would cost more than
+redoing it (a CAS PUT per 100 refs made a ticket of 1,000 wait ~600 ms for its deletes in the
+AWS simulation, issue 22)."""
 
 
 def apply_ticket(
@@ -49,6 +55,7 @@ def apply_ticket(
     *,
     out_of_time: Callable[[], bool] | None = None,
     before_delete: Callable[[], object] | None = None,
+    now_ms: Callable[[], int] | None = None,
 ) -> bool:
     """Carry out a committed ticket's outcomes, then delete it (`before_delete` is called just
     before: a chaining worker takes the ticket's successor then); False if `out_of_time` cut it
@@ -58,25 +65,31 @@ def apply_ticket(
     coordinator's cursor (within its straggler margin); a group's stay in its place in line and
     the coordinator rewinds to them when the ticket is gone.
 
-    Bounded steps (issue 19.8). Refs are applied in order; every `APPLY_STEP` refs, and when
-    `out_of_time` (asked before each ref but the first, so every invocation moves on) stops us,
-    the step's sources are retired, then ``applied`` = how many refs are done is recorded by CAS
-    on the ticket. So a ticket too large for one invocation's time is finished by successive
-    ones, none redoing a recorded step. A ticket of one step costs no extra request. Losing
-    that CAS (another applier recorded or finished first) only stops us: it is idempotent.
+    Bounded steps (issue 19.8). Refs are applied in order; every `APPLY_STEP` refs once
+    `APPLY_RECORD_MS` went by on `now_ms` since the last record (every `APPLY_STEP` refs
+    without it), and when `out_of_time` (asked before each ref but the first, so every
+    invocation moves on) stops us, the step's sources are retired, then ``applied`` = how many
+    refs are done is recorded by CAS on the ticket. So a ticket too large for one invocation's
+    time is finished by successive ones, none redoing a recorded step, and an apply that goes
+    fast records nothing: its sources go in one DeleteObjects per 1,000. Losing that CAS
+    (another applier recorded or finished first) only stops us: it is idempotent.
     """
     key = keys.ticket(ticket.epoch, ticket.seq)
     step = _Step(storage, keys, ticket, loader)
     first, last = ticket.applied, len(ticket.refs)
+    since = now_ms() if now_ms is not None else 0
     for at in range(first, last):
         if at > first and out_of_time is not None and out_of_time():
             step.record(key, etag, at)
             return False
         step.add(ticket.refs[at])
         if at + 1 - first >= APPLY_STEP * (1 + step.recorded) and at + 1 < last:
+            if now_ms is not None and now_ms() - since < APPLY_RECORD_MS:
+                continue
             etag = step.record(key, etag, at + 1)
             if not etag:
                 return False
+            since = now_ms() if now_ms is not None else 0
     step.retire()
     if before_delete is not None:
         before_delete()

@@ -227,6 +227,7 @@ class Worker:
             loader,
             out_of_time=out_of_time,
             before_delete=before_delete,
+            now_ms=self.clock.now_ms,
         )
         if done:
             self.emit("applied", self.clock.now_ms(), ticket=key, **extra)
