@@ -364,3 +364,19 @@ def test_a_parking_queue_runs_the_successor_in_the_same_invocation(
     assert len(list((tmp_path / "outbox").iterdir())) == 4
     setup.coordinator.tick()  # both gone: the pointer is deleted
     assert setup.keys("") == ["s3queue/send_email/coordinator"]  # the lease alone
+
+
+def test_the_worker_functions_client_has_room_for_a_walks_reads_and_its_other_calls(
+    worker_app: ModuleType,
+) -> None:
+    """A walk keeps `READ_AHEAD` GETs in flight while the heartbeat and the claim's writes
+    go on beside them: the function's client has a connection for each (issue 22: a client
+    whose pool is full opens a new connection, and on AWS a TLS handshake, per request)."""
+    from s3queue.storage.clients import pool_size
+    from s3queue.storage.s3 import S3Storage
+    from s3queue.working.readahead import READ_AHEAD
+
+    storage = worker_app.container().worker.storage
+    assert isinstance(storage, S3Storage)
+    size = pool_size(storage._client)
+    assert size is not None and size > READ_AHEAD + 2

@@ -24,14 +24,16 @@ from bench.simkernel import Kernel
 
 
 def test_a_large_ticket_is_read_at_most_read_window_objects_ahead() -> None:
-    """A ticket of 300 single messages, on a `RunAll` that only runs lists (`Batched`): the
+    """A ticket of two windows and a bit of single messages, on a `RunAll` that only runs
+    lists (`Batched`): the
     lease and the first `READ_WINDOW` objects are read together before the claim (an invoked
     ticket's reads start before it is claimed), then the reads submitted while the handler
     moved on run together when the first of them is wanted: `READ_WINDOW` objects at a time,
     the last run what is left."""
     assert READ_WINDOW > READ_AHEAD
-    h = Harness(settings=QueueSettings(batch_size=300, max_batch_size=300))
-    for i in range(300):
+    n = 2 * READ_WINDOW + 44
+    h = Harness(settings=QueueSettings(batch_size=n, max_batch_size=n))
+    for i in range(n):
         h.queue.enqueue(i)
     h.tick()
     calls: list[int] = []
@@ -43,8 +45,8 @@ def test_a_large_ticket_is_read_at_most_read_window_objects_ahead() -> None:
     h.worker.read_ahead = recording
     handler = Recorder()
     h.work(handler)
-    assert len(handler.seen) == 300
-    assert calls == [1 + READ_WINDOW, READ_WINDOW, 300 - 2 * READ_WINDOW]
+    assert len(handler.seen) == n
+    assert calls == [1 + READ_WINDOW, READ_WINDOW, n - 2 * READ_WINDOW]
 
 
 def test_the_simulated_pool_runs_at_most_its_size_at_once() -> None:
@@ -248,13 +250,14 @@ def test_threads_that_share_a_worker_share_more_read_lanes_and_the_client_has_ro
     from s3queue.local.runtime import LOCAL_COORDINATION, connections
     from s3queue.working.readahead import (
         READ_LANES_MAX,
+        READ_LANES_MIN,
         READ_LANES_PER_THREAD,
         read_lanes,
         read_pool,
     )
 
-    assert read_lanes(1) == read_lanes(4) == READ_AHEAD
-    assert read_lanes(16) == 16 * READ_LANES_PER_THREAD > READ_AHEAD
+    assert read_lanes(1) == read_lanes(4) == READ_LANES_MIN
+    assert read_lanes(16) == 16 * READ_LANES_PER_THREAD > READ_LANES_MIN
     assert read_lanes(64) == READ_LANES_MAX == read_lanes(16)
     assert read_pool(16).size == read_lanes(16)
     assert connections(1, 16, LOCAL_COORDINATION) - connections(1, 4, LOCAL_COORDINATION) >= (

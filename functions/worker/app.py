@@ -27,6 +27,7 @@ from s3queue.errors import ConfigError, S3QueueError
 from s3queue.protocol.tickets import Invocation
 from s3queue.storage.clients import make_client
 from s3queue.storage.s3 import S3Storage
+from s3queue.working.readahead import WORKER_POOL
 from s3queue.working.typed import bind
 from s3queue.working.worker import Handler, Worker, WorkResult
 
@@ -71,7 +72,7 @@ def container() -> Container:
     env = Environment.from_env()
     if env.queue is None:
         raise ConfigError("S3QUEUE_QUEUE is not set: the worker does not know its queue")
-    storage = S3Storage(make_client(env.endpoint_url), env.bucket)
+    storage = S3Storage(make_client(env.endpoint_url, max_pool_connections=WORKER_POOL), env.bucket)
     module = importlib.import_module(f"handlers.{env.queue}")
     listener = MetricsListener([env.queue])
     worker = Worker(

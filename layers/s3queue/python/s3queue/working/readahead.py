@@ -36,6 +36,7 @@ __all__ = [
     "READ_AHEAD",
     "READ_AHEAD_BYTES",
     "READ_WINDOW",
+    "WORKER_POOL",
     "Reader",
     "Source",
     "Stream",
@@ -43,8 +44,12 @@ __all__ = [
     "read_pool",
 ]
 
-READ_AHEAD = 32
-"""GETs of a ticket's objects in flight at once, at most (threads: one connection each)."""
+READ_AHEAD = 64
+"""GETs of a ticket's objects in flight at once in one walk (a Lambda's), at most (threads:
+one connection each). A walk waits on S3, not on its CPU: at 32, a grown ticket of 770
+messages took ~850 ms from its first handler to its last in the AWS simulation (a GET's mean
+latency over 32 lanes), and p99 at 1,880 messages a second was 1,684 ms over three seeds;
+at 64, 1,255 (issue 22). 128 did no better."""
 READ_WINDOW = 4 * READ_AHEAD
 """Objects read (or being read) ahead of the handler, at most: the `READ_AHEAD` threads take
 the next as soon as their last GET returned, and each object the handler moves past lets one
@@ -52,10 +57,16 @@ more in."""
 READ_AHEAD_BYTES = 8 * 1024 * 1024
 """...and at most this many bytes of them (by the sizes the LIST gave), at least one."""
 READ_LANES_PER_THREAD = 8
-"""GETs in flight per thread when several threads walk tickets of one worker (`read_lanes`)."""
-READ_LANES_MAX = 4 * READ_AHEAD
+"""GETs in flight per thread when several threads walk tickets of one worker (`read_lanes`)..."""
+READ_LANES_MIN = 32
+"""...at least this many (a few threads on a local machine, where CPU is scarcer than on a
+Lambda's walk)..."""
+READ_LANES_MAX = 128
 """...and at most this many: 256 lanes for 16 threads drained no faster than 128 (712 msg/s
 against 739-802), and each lane is a connection of the client's pool."""
+WORKER_POOL = READ_AHEAD + 16
+"""Connections of the worker Lambda's S3 client: a walk's reads, and its claim, heartbeats,
+commit and apply beside them."""
 
 
 def read_lanes(threads: int) -> int:
@@ -63,7 +74,7 @@ def read_lanes(threads: int) -> int:
     runtime's). `READ_AHEAD` is one walk's (a Lambda runs one ticket at a time); 16 walks on
     32 lanes waited for each other's GETs under AWS-like latency: 16 threads drained 8,000
     single messages at 680-690 msg/s with 32 lanes, 740-800 with 128 (issue 22, item 4)."""
-    return max(READ_AHEAD, min(READ_LANES_PER_THREAD * threads, READ_LANES_MAX))
+    return max(READ_LANES_MIN, min(READ_LANES_PER_THREAD * threads, READ_LANES_MAX))
 
 
 def read_pool(threads: int) -> Threads:
