@@ -448,7 +448,7 @@ def test_late_apply_cannot_revive_a_consumed_retry_copy() -> None:
     h.drain(handler)
     assert [m.attempt for m in handler.seen] == [1, 2]
     # THEN the late apply finds a tombstone where the copy was, and nothing runs again
-    real_apply(*paused[0])
+    real_apply(*paused[0], now_ms=h.clock.now_ms)  # as the worker calls it
     h.drain(handler)
     assert [m.attempt for m in handler.seen] == [1, 2]
 

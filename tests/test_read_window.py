@@ -25,11 +25,10 @@ from bench.simkernel import Kernel
 
 def test_a_large_ticket_is_read_at_most_read_window_objects_ahead() -> None:
     """A ticket of two windows and a bit of single messages, on a `RunAll` that only runs
-    lists (`Batched`): the
-    lease and the first `READ_WINDOW` objects are read together before the claim (an invoked
-    ticket's reads start before it is claimed), then the reads submitted while the handler
-    moved on run together when the first of them is wanted: `READ_WINDOW` objects at a time,
-    the last run what is left."""
+    lists (`Batched`): the lease and the first `READ_WINDOW` objects are read together before
+    the claim (an invoked ticket's reads start before it is claimed), then the reads submitted
+    while the handler moved on run together when the first of them is wanted: `READ_WINDOW`
+    objects at a time, the last run what is left."""
     assert READ_WINDOW > READ_AHEAD
     n = 2 * READ_WINDOW + 44
     h = Harness(settings=QueueSettings(batch_size=n, max_batch_size=n))

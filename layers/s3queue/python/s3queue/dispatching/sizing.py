@@ -173,9 +173,7 @@ def sizes(
     floor = least(settings, pace, rate, queued)
     if floor > small and grown > 0:
         grown = min(grown, max(folders, math.ceil(ready / floor)))
-        size = min(most(settings, pace, queued), math.ceil(ready / grown))
-        return Sizes(small, size, grown) if size > small else Sizes(small, small, 0)
-    if grown <= 0 or ready <= free * small:
+    elif grown <= 0 or ready <= free * small:
         return Sizes(small, small, 0)
     size = min(most(settings, pace, queued), math.ceil(ready / grown))
     return Sizes(small, size, grown) if size > small else Sizes(small, small, 0)

@@ -55,7 +55,7 @@ def apply_ticket(
     *,
     out_of_time: Callable[[], bool] | None = None,
     before_delete: Callable[[], object] | None = None,
-    now_ms: Callable[[], int] | None = None,
+    now_ms: Callable[[], int],
 ) -> bool:
     """Carry out a committed ticket's outcomes, then delete it (`before_delete` is called just
     before: a chaining worker takes the ticket's successor then); False if `out_of_time` cut it
@@ -66,30 +66,29 @@ def apply_ticket(
     the coordinator rewinds to them when the ticket is gone.
 
     Bounded steps (issue 19.8). Refs are applied in order; every `APPLY_STEP` refs once
-    `APPLY_RECORD_MS` went by on `now_ms` since the last record (every `APPLY_STEP` refs
-    without it), and when `out_of_time` (asked before each ref but the first, so every
-    invocation moves on) stops us, the step's sources are retired, then ``applied`` = how many
-    refs are done is recorded by CAS on the ticket. So a ticket too large for one invocation's
-    time is finished by successive ones, none redoing a recorded step, and an apply that goes
-    fast records nothing: its sources go in one DeleteObjects per 1,000. Losing that CAS
-    (another applier recorded or finished first) only stops us: it is idempotent.
+    `APPLY_RECORD_MS` went by on `now_ms` since the last record, and when `out_of_time`
+    (asked before each ref but the first, so every invocation moves on) stops us, the step's
+    sources are retired, then ``applied`` = how many refs are done is recorded by CAS on the
+    ticket. So a ticket too large for one invocation's time is finished by successive ones,
+    none redoing a recorded step, and an apply that goes fast records nothing: its sources go
+    in one DeleteObjects per 1,000. Losing that CAS (another applier recorded or finished
+    first) only stops us: it is idempotent.
     """
     key = keys.ticket(ticket.epoch, ticket.seq)
     step = _Step(storage, keys, ticket, loader)
     first, last = ticket.applied, len(ticket.refs)
-    since = now_ms() if now_ms is not None else 0
+    since = now_ms()
     for at in range(first, last):
         if at > first and out_of_time is not None and out_of_time():
             step.record(key, etag, at)
             return False
         step.add(ticket.refs[at])
-        if at + 1 - first >= APPLY_STEP * (1 + step.recorded) and at + 1 < last:
-            if now_ms is not None and now_ms() - since < APPLY_RECORD_MS:
-                continue
+        stepped = at + 1 - first >= APPLY_STEP * (1 + step.recorded) and at + 1 < last
+        if stepped and now_ms() - since >= APPLY_RECORD_MS:
             etag = step.record(key, etag, at + 1)
             if not etag:
                 return False
-            since = now_ms() if now_ms is not None else 0
+            since = now_ms()
     step.retire()
     if before_delete is not None:
         before_delete()

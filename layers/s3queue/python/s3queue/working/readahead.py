@@ -59,8 +59,9 @@ READ_AHEAD_BYTES = 8 * 1024 * 1024
 READ_LANES_PER_THREAD = 8
 """GETs in flight per thread when several threads walk tickets of one worker (`read_lanes`)..."""
 READ_LANES_MIN = 32
-"""...at least this many (a few threads on a local machine, where CPU is scarcer than on a
-Lambda's walk)..."""
+"""...at least this many (the local runtime's floor as measured under AWS-like latency in
+issue 22; it did not follow `READ_AHEAD` to 64, which was measured for a Lambda's walk
+alone)..."""
 READ_LANES_MAX = 128
 """...and at most this many: 256 lanes for 16 threads drained no faster than 128 (712 msg/s
 against 739-802), and each lane is a connection of the client's pool."""
