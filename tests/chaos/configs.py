@@ -135,6 +135,10 @@ class Config:
     skew_ms: int = 0
     """Each actor's clock is off by a uniform amount in [-skew/2, +skew/2]."""
     apply_step: int = 0
+    scan_page: int = 0
+    """Keys a page of a cursor's scan of ``msg/`` holds (0: `cursor.PAGE`, 1,000): small, so
+    that a run of 100 messages reads several pages a tick and its cursors go dense (a frontier,
+    and the trailing page beside it), as a busy queue's do. A rewind's page stays 1,000."""
     """Refs an apply does between records of its progress (0: `apply.APPLY_STEP`): small,
     so that runs with a Lambda deadline cut applies of ordinary tickets short too."""
     drift: Drift = field(default_factory=Drift)

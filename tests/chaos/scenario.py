@@ -19,6 +19,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from s3queue.common.clock import Clock, FakeClock, SystemClock
+from s3queue.dispatching import cursor
 from s3queue.protocol.keys import QueueKeys
 from s3queue.storage import MemoryStorage
 from s3queue.storage.base import Storage
@@ -185,7 +186,7 @@ def run_sim(config: Config, *, watch: Callable[[Entry], None] | None = None) -> 
 
     sim = Sim(config.seed, clock)
     crashed: ActorFailed | None = None
-    with patch_ids(config.seed), _apply_step(config.apply_step):
+    with patch_ids(config.seed), _apply_step(config.apply_step), _scan_page(config.scan_page):
         expected = _spawn(sim, config, storage_for, clock, history)
         start_ms = clock.now_ms()
         try:
@@ -270,6 +271,18 @@ def _apply_step(step: int) -> Iterator[None]:
         yield
     finally:
         apply.APPLY_STEP, apply.APPLY_RECORD_MS = saved
+
+
+@contextlib.contextmanager
+def _scan_page(keys: int) -> Iterator[None]:
+    """LIST pages of ``msg/`` of `keys` keys during the run (0: as shipped)."""
+    saved = cursor.PAGE
+    if keys:
+        cursor.PAGE = keys
+    try:
+        yield
+    finally:
+        cursor.PAGE = saved
 
 
 def _fault_counts(log: FaultLog, history: History) -> Counter[str]:

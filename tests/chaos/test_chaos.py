@@ -23,6 +23,7 @@ from typing import Any
 
 import pytest
 from s3queue.contract.settings import CoordinatorSettings, QueueSettings
+from s3queue.dispatching import cursor
 from s3queue.local.seaweed import EmbeddedS3
 
 from chaos.configs import PRODUCER_HAZARDS, SCHEDULE, SEAMS_MIX, SETTINGS, Config, real_time
@@ -154,6 +155,19 @@ FAMILIES: dict[str, dict[str, Any]] = {
         "coordinator_hazards": Hazards(crash_rate=0.005, freeze_rate=0.005, freeze_s=(5, 40)),
         "invoke_duplicate": 0.05,
         "invoke_lose": 0.02,
+    },
+    # LIST pages of 4 keys, 100 messages in 2 s, 20 slots: ticks read several pages and the
+    # cursors go dense (a frontier, and a trailing page of the margin beside it: cursor.py)
+    # through stragglers, skewed producers, latency, S3 errors and crashes, grouped or not.
+    "small-pages": {
+        "scan_page": 4,
+        "spread_s": 2.0,
+        "settings": replace(SETTINGS, max_in_flight_tickets=20),
+        "mix": SEAMS_MIX,
+        "producer_hazards": PRODUCER_HAZARDS,
+        "skew_ms": 1_000,
+        "faults": {"latency": 0.1, "error_before": 0.01, "lost_response": 0.01},
+        "worker_hazards": WORKER_CRASHES,
     },
 }
 SEEDS = (1, 2, 3)
@@ -539,3 +553,20 @@ def test_zombie_ticket_creates_are_doubted_and_settled_in_the_runs() -> None:
         settled += len(history.of("settled"))
         fenced += len(history.of("fenced"))
     assert doubted >= 3 and settled >= 3 and fenced >= 1, (doubted, settled, fenced)
+
+
+def test_the_small_pages_family_reads_dense_cursors(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Guards the small-pages family: its cursors go dense and read trailing pages, some of
+    which end short of the frontier (the gap whose grouped messages wait)."""
+    calls: Counter[str] = Counter()
+    trailing = cursor.Cursor.trailing
+
+    def counted(self: cursor.Cursor, storage: Any, start: str) -> cursor.Trailing:
+        page = trailing(self, storage, start)
+        calls["trailing"] += 1
+        calls["short"] += bool(page.short)
+        return page
+
+    monkeypatch.setattr(cursor.Cursor, "trailing", counted)
+    assert sim("small-pages", 1).finished
+    assert calls["trailing"] >= 5 and calls["short"] >= 2, calls

@@ -7,6 +7,11 @@ A tick must cost O(new messages), never O(backlog). The cursor is a ``start_afte
 - when capacity runs out it stays at the first message held back;
 - every ``sweep_interval`` it goes back to the start once, for stragglers beyond the margin.
 
+A busy queue's margin holds more than a page (at 1,880 messages a second, 1,000 or more keys
+in flight), and a tick listed the margin, then what is new, one after the other (issue 22). So
+a cursor whose scan read more than a page keeps a *frontier*: its next tick lists from there
+and, at once, one *trailing* page of the margin (`join`).
+
 A busy group's later messages are skipped, and the cursor moves past them. When the group's
 ticket finishes, a one-page *rewind* reads from the group's next message (and the ticket's
 released ones), apart from the cursor, so a long backlog in one group never holds the cursor
@@ -21,7 +26,9 @@ from dataclasses import dataclass, field, replace
 from s3queue.contract.settings import CoordinatorSettings
 from s3queue.dispatching import scan
 from s3queue.protocol.keys import MsgKey, QueueKeys
-from s3queue.storage.base import Storage, written_ago
+from s3queue.storage.base import Entry, Storage, written_ago
+
+PAGE = 1000  # the most keys one LIST returns
 
 
 @dataclass(slots=True)
@@ -45,7 +52,12 @@ class Cursor:
     """Tombstones past their TTL met by the scan, to delete (`take_done`)."""
     notices: list[str] = field(default_factory=list)
     """Late notices this tick read and followed: deleted once its tickets are published."""
+    frontier: str = ""
+    """Where the last scan ended, having read more than a page up to now: the next tick lists
+    what is new from here, and its margin (from `start_after`) beside it. "": not dense."""
     _now: int = 0
+    _reached: str = ""  # the last key this tick's scan from the cursor (or frontier) read
+    _listed: int = 0  # keys this tick listed from the cursor, frontier and trailing page
 
     def snapshot(self) -> Cursor:
         """A copy of the scan state, to restore when a tick fails after reading."""
@@ -65,6 +77,7 @@ class Cursor:
         self.start_after, self.rewind_ms = saved.start_after, saved.rewind_ms
         self.wakeups, self.held = saved.wakeups, saved.held
         self.swept, self.swept_ms = saved.swept, saved.swept_ms
+        self.frontier = saved.frontier
         self.notices = []  # kept in S3: read and followed again
 
     def read(
@@ -75,6 +88,7 @@ class Cursor:
         *,
         want: int,
         inbox: Iterable[scan.Candidate] = (),
+        dense: bool = False,
     ) -> tuple[list[scan.Candidate], str]:
         """Candidates: this partition's `inbox` ones (the caller lists the inbox once for every
         partition), one page from the rewind point if any, and pages from the cursor until
@@ -84,18 +98,23 @@ class Cursor:
         The first page is sized to `want`, the messages the tick can dispatch (parsing a full
         page of 1,000 costs a busy coordinator more than the LIST itself); later ones ask for
         a full page, so a long run of a busy group's messages is crossed quickly.
+
+        `dense` (`trailing_start` said so): the pages start at the `frontier`, and the caller
+        reads the trailing page beside them and `join`s it. Late notices are not followed
+        here: the caller follows them once it has every candidate (`follow`).
         """
-        self._now = now
-        swept = now - self.swept_ms >= round(self.config.sweep_interval * 1000)
+        self._now, self._listed = now, 0
+        swept = self._sweep_due(now)
         start_after = "" if swept else self.start_after  # the periodic sweep for stragglers
         due = [] if swept else [s for s, when in self.wakeups.items() if when <= now]
         rewinds = [] if swept else [r for r in (self.rewind_ms, *due) if r is not None]
         found = {c.key: c for c in inbox}
         if rewinds and self.keys.msg_after(min(rewinds)) < start_after:
             self._page(storage, self.keys.msg_after(min(rewinds)), found, 1000)
-        first_page = min(1000, 2 * want + 100)
+        first_page = min(PAGE, 2 * want + 100)
+        start_after = self.frontier if dense else start_after
+        self._reached = start_after
         stopped = self._main(storage, start_after, found, now, enough, first_page=first_page)
-        self._follow(storage, found)
         # Every LIST answered: only now are the rewind and the wake-ups used up (a tick that
         # fails half-way must not lose them, or a group's waiting head is left behind).
         self.swept, self.rewind_ms = swept, None
@@ -118,17 +137,56 @@ class Cursor:
         """The pages from the cursor; the last key read if they stopped short of now."""
         start, stopped, limit = start_after or None, "", first_page
         for _ in range(self.config.scan_pages):
-            stopped = self._page(storage, start, found, limit)
+            stopped = self._page(storage, start, found, limit, main=True)
             if not stopped or _sort_ms(self.keys, stopped) > now:
                 return ""
-            start, limit = stopped, 1000
+            start, limit = stopped, PAGE
             if enough(found.values()):
                 break
         return stopped
 
-    def _follow(self, storage: Storage, found: dict[str, scan.Candidate]) -> None:
-        """Read the target of each late notice that this tick's pages did not show (it landed
-        behind the cursor), so the planner sees it ahead of its group's later messages."""
+    def trailing_start(self, now: int) -> str | None:
+        """Where this tick's trailing page starts, if the cursor is dense and no sweep is due:
+        the margin, read beside the pages from the `frontier`."""
+        if not self.frontier or self._sweep_due(now) or self.start_after >= self.frontier:
+            return None
+        return self.start_after
+
+    def trailing(self, storage: Storage, start: str) -> Trailing:
+        """The trailing page from `start` (`trailing_start`); run beside `read`."""
+        page = storage.list(self.keys.msg, start_after=start, limit=PAGE)
+        found: dict[str, scan.Candidate] = {}
+        self._take(page.entries, found)
+        last = page.entries[-1].key if page.truncated and page.entries else ""
+        short = last if last and last < self.frontier else ""
+        return Trailing(list(found.values()), short, len(page.entries))
+
+    def join(
+        self, candidates: list[scan.Candidate], stopped: str, trailing: Trailing
+    ) -> tuple[list[scan.Candidate], str]:
+        """A dense read's candidates with its trailing page's, and where the scan stopped.
+
+        A trailing page that ended before the frontier left the keys up to it unread, and a
+        group's head may be a straggler there: the grouped messages and late notices read past
+        the frontier are dropped, and the scan stops at the page's end (they are read again
+        from there). Ungrouped messages past it go at once: no order binds them."""
+        self._listed += trailing.listed
+        found = {c.key: c for c in candidates}
+        found.update((c.key, c) for c in trailing.candidates)
+        if not trailing.short:
+            return _ordered(found), stopped
+        kept = {
+            key: c
+            for key, c in found.items()
+            if c.inbox or key <= self.frontier or (c.group is None and c.target is None)
+        }
+        return _ordered(kept), trailing.short
+
+    def follow(self, storage: Storage, candidates: list[scan.Candidate]) -> list[scan.Candidate]:
+        """`candidates` with the target of each late notice among them that they do not hold
+        (it landed behind the cursor), so the planner sees it ahead of its group's later
+        messages."""
+        found = {c.key: c for c in candidates}
         for notice in [c for c in found.values() if c.target is not None]:
             self.notices.append(notice.key)
             target = notice.target
@@ -141,6 +199,7 @@ class Cursor:
                 tombstone = self.keys.is_tombstone(entry.key, entry.size)
                 if entry.key.startswith(target) and not tombstone:
                     found[entry.key] = scan.msg_candidate(entry, self.keys)
+        return _ordered(found) if len(found) > len(candidates) else candidates
 
     def delete_done(self, storage: Storage) -> None:
         """Delete what the tick is done with once it published: expired tombstones, followed
@@ -155,6 +214,7 @@ class Cursor:
         else, having read up to now, a straggler margin before now."""
         self.wakeups.update(plan.wakeups)
         held = plan.hold_key
+        self.frontier = ""
         if held is not None:
             self.start_after = held[:-1]  # lists from `held` on (and its few same-prefix elders)
         elif stopped:
@@ -162,6 +222,11 @@ class Cursor:
         else:
             margin = round(self.config.straggler_margin * 1000)
             self.start_after = self.keys.msg_after(now - margin)
+            # Read more than a page could: list what is new from where this scan ended (keys
+            # due later than now are read again then), the margin beside it.
+            frontier = min(self._reached, self.keys.msg_after(now))
+            if self._listed > PAGE and frontier > self.start_after:
+                self.frontier = frontier
 
     def absent_heads(self, candidates: list[scan.Candidate]) -> set[str]:
         """Held groups whose waiting message this tick did not read: blocked for this plan."""
@@ -204,19 +269,45 @@ class Cursor:
     def _rewind(self, sort_ms: int) -> None:
         self.rewind_ms = sort_ms if self.rewind_ms is None else min(self.rewind_ms, sort_ms)
 
+    def _sweep_due(self, now: int) -> bool:
+        return now - self.swept_ms >= round(self.config.sweep_interval * 1000)
+
     def _page(
-        self, storage: Storage, start: str | None, found: dict[str, scan.Candidate], limit: int
+        self,
+        storage: Storage,
+        start: str | None,
+        found: dict[str, scan.Candidate],
+        limit: int,
+        *,
+        main: bool = False,
     ) -> str:
-        """One LIST of msg/ into `found`; its last key when truncated, else ""."""
+        """One LIST of msg/ into `found`; its last key when truncated, else "". A `main` page
+        (from the cursor or the frontier) counts towards `_listed` and `_reached`."""
         page = storage.list(self.keys.msg, start_after=start, limit=limit)
+        if main and page.entries:
+            self._listed += len(page.entries)
+            self._reached = max(self._reached, page.entries[-1].key)
+        self._take(page.entries, found)
+        return page.entries[-1].key if page.truncated and page.entries else ""
+
+    def _take(self, entries: list[Entry], found: dict[str, scan.Candidate]) -> None:
+        """Listed entries into `found`; tombstones past their TTL into `expired`."""
         ttl = round(self.config.tombstone_ttl * 1000)
-        for entry in page.entries:
+        for entry in entries:
             if self.keys.is_tombstone(entry.key, entry.size):
                 if written_ago(entry.last_modified_ms, entry.served_ms, self._now) > ttl:
                     self.expired.append(entry.key)
                 continue
             found[entry.key] = scan.msg_candidate(entry, self.keys)
-        return page.entries[-1].key if page.truncated and page.entries else ""
+
+
+@dataclass(frozen=True, slots=True)
+class Trailing:
+    """A trailing page: candidates, last key if it ended before the frontier, keys listed."""
+
+    candidates: list[scan.Candidate]
+    short: str
+    listed: int
 
 
 @dataclass(slots=True)

@@ -13,6 +13,7 @@ from functools import partial
 
 from s3queue.common.concurrency import RunAll, attempted, settled
 from s3queue.dispatching import scan
+from s3queue.dispatching.cursor import Trailing
 from s3queue.dispatching.view import LiveRef, Memory, Part, busy_groups, by_priority, dispatchable
 from s3queue.protocol.keys import QueueKeys, is_folder_name
 from s3queue.storage.base import Storage
@@ -93,8 +94,11 @@ def read_round(
     live: list[LiveRef],
 ) -> tuple[list[Part], Exception | None]:
     """Every folder of this tick's round (`this_round`) read at once, each its own cursor's
-    LIST: the parts read, and the first error one raised (the caller undoes the others)."""
-    reads: list[Callable[[], Part]] = [
+    LIST, and beside it a dense cursor's trailing page (cursor.py): the parts read, and the
+    first error one raised (the caller undoes the others)."""
+    folders = this_round(memory, inbox, per_tick)
+    starts = {f: memory.cursors.of(f).trailing_start(now) for f in folders}
+    reads: list[Callable[[], Part | tuple[str | None, Trailing]]] = [
         partial(
             read_folder,
             storage,
@@ -106,10 +110,40 @@ def read_round(
             in_flight=in_flight,
             live=live,
             inbox=inbox.get(folder, []),
+            dense=starts[folder] is not None,
         )
-        for folder in this_round(memory, inbox, per_tick)
+        for folder in folders
     ]
-    return attempted(run_all, reads)
+    for folder, start in starts.items():
+        if start is not None:
+            reads.append(partial(_trailing, storage, memory, folder, start))
+    read, failed = attempted(run_all, reads)
+    parts = [p for p in read if isinstance(p, Part)]
+    if failed is not None:
+        return parts, failed
+    pages = dict(t for t in read if not isinstance(t, Part))
+    try:
+        for part in parts:
+            if starts[part.partition] is not None:
+                _join(storage, part, pages[part.partition], busy_groups(live, part.partition))
+    except Exception as exc:  # noqa: BLE001 - the caller undoes every part read
+        return parts, exc
+    return parts, None
+
+
+def _trailing(
+    storage: Storage, memory: Memory, folder: str | None, start: str
+) -> tuple[str | None, Trailing]:
+    return folder, memory.cursors.of(folder).trailing(storage, start)
+
+
+def _join(storage: Storage, part: Part, trailing: Trailing, busy: set[str]) -> None:
+    """A dense part with its trailing page (`Cursor.join`), its late notices followed."""
+    cursor = part.cursor
+    candidates, part.stopped = cursor.join(part.candidates, part.stopped, trailing)
+    part.candidates = cursor.follow(storage, candidates)
+    part.absent = cursor.absent_heads(part.candidates)
+    part.blocked = busy | part.absent
 
 
 def read_folder(
@@ -123,8 +157,10 @@ def read_folder(
     in_flight: set[str],
     live: list[LiveRef],
     inbox: list[scan.Candidate],
+    dense: bool = False,
 ) -> Part:
-    """One partition's candidates, read until there are `want` messages to dispatch."""
+    """One partition's candidates, read until there are `want` messages to dispatch (from the
+    cursor's frontier if it is `dense`: the caller then joins its trailing page)."""
     cursor = memory.cursors.of(partition)
     busy = busy_groups(live, partition)
 
@@ -132,7 +168,10 @@ def read_folder(
         return dispatchable(found, in_flight, busy, batch_size) >= want
 
     saved = cursor.snapshot()
-    candidates, stopped = cursor.read(storage, now, enough, want=want, inbox=inbox)
+    candidates, stopped = cursor.read(storage, now, enough, want=want, inbox=inbox, dense=dense)
+    if dense:
+        return Part(partition, cursor, saved, candidates, stopped, busy, set())
+    candidates = cursor.follow(storage, candidates)
     # A group whose waiting message this tick did not read is blocked: its later messages
     # may not overtake it (FIFO), wherever the cursor is.
     absent = cursor.absent_heads(candidates)
