@@ -112,6 +112,13 @@ class PullLoop:
             wait = max(deadline - now, 0.0) if self.pool.free() else self.idle
             self.pool.freed.wait(wait)
 
+    def lost(self, queue: str) -> None:
+        """A thread found a ticket of `queue` it was given claimed or gone: another process
+        works the queue (`Puller.lost`)."""
+        puller = self.pullers.get(queue)
+        if puller is not None:
+            puller.lost()
+
     def joining(self, now: float) -> bool:
         """Whether the loop started less than `PULL_JOINING` seconds before `now`."""
         return now - self.started < PULL_JOINING
