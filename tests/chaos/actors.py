@@ -238,7 +238,7 @@ def _serve_invocations(
     world: World, role: Role, actor: Actor, owner: str, *, pull: bool = False
 ) -> None:
     storage, clock = world.process(actor, role, owner)
-    puller = Puller(storage, QueueKeys(PREFIX, QUEUE), clock)
+    puller = Puller(storage, QueueKeys(PREFIX, QUEUE), clock, salt=owner)  # replays exactly
     behind = ChaosBehind.maybe(storage, world.seed, owner, world.history)
     worker = Worker(
         storage,

@@ -16,6 +16,9 @@ a worker that had backed off to 1.6-3.2 s by then joined the drain 2-4 s late.
 What the runtime knows is not asked of S3: a ticket its coordinator published while no thread
 was free is `hold`-en here and handed to the next free thread without a LIST or a GET
 (`Puller.learn`), and the tickets its threads are working are never read by its own polls.
+While other processes claim the queue's tickets too (`Puller.contested`: a poll saw one, or a
+thread lost a claim, `lost`), what a poll or the coordinator told is trusted for a fifth of a
+second only, and a freed thread's ticket costs a LIST rather than a likely lost claim.
 """
 
 from __future__ import annotations
@@ -111,6 +114,13 @@ class PullLoop:
                 due, deadline = (now if found else now + delay), now + delay
             wait = max(deadline - now, 0.0) if self.pool.free() else self.idle
             self.pool.freed.wait(wait)
+
+    def lost(self, queue: str) -> None:
+        """A thread found a ticket of `queue` it was given claimed or gone: another process
+        works the queue (`Puller.lost`)."""
+        puller = self.pullers.get(queue)
+        if puller is not None:
+            puller.lost()
 
     def joining(self, now: float) -> bool:
         """Whether the loop started less than `PULL_JOINING` seconds before `now`."""

@@ -74,9 +74,8 @@ class RunSummary:
 
 
 class LocalContext:
-    """A Lambda context's remaining time: the queue's `timeout`, which the worker enforces as
-    Lambda does (`s3queue.working.guard`);
-    almost none once the runtime stops, so work is released."""
+    """A Lambda context's remaining time: the queue's `timeout`, enforced by the worker as on
+    Lambda (`s3queue.working.guard`); almost none once the runtime stops, so work is released."""
 
     def __init__(self, timeout: float, stop: threading.Event) -> None:
         self._deadline = time.monotonic() + timeout
@@ -192,8 +191,9 @@ class _Runtime:
         if spec is None or worker is None:
             log.error("payload for unknown queue %r dropped", name)
             return
-        context = LocalContext(spec.settings.timeout, self.stop)
-        worker.process(payload, spec.handler, remaining_ms=context.get_remaining_time_in_millis)
+        remaining = LocalContext(spec.settings.timeout, self.stop).get_remaining_time_in_millis
+        if worker.process(payload, spec.handler, remaining_ms=remaining).status in ("busy", "gone"):
+            self.pulling.lost(name)  # another process took it first: the queue is contested
 
     def stats(self) -> dict[str, admin.Stats]:
         now = self.clock.now_ms()

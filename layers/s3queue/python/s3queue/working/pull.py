@@ -10,7 +10,8 @@ Fair across partitions. Pending tickets are a queue in front of the workers: tak
 first, a partition's backlog of tickets would again stand in front of another partition's one
 ticket, however fairly the coordinator shared them out. So a poll takes the pending tickets a
 partition at a time in turn (a ticket holds one partition's messages), starting after the
-partition it took from last, and oldest first within each partition.
+partition it took from last, and oldest first within each partition (nearly, while contested:
+below).
 
 Cost: one LIST of ``tickets/`` per poll, and one GET per ticket that is new, or changed since
 the last poll when a change could make it claimable. A ticket's ETag changes only when it is
@@ -30,6 +31,21 @@ for less than `TRUST_MS` (learnt, or seen unchanged by the last LIST): past that
 process may have claimed them, and only a poll's LIST that still shows them unchanged renews
 them (`stale` says when one is due).
 
+Contested: few claims lost to other processes. A lost claim is five requests wasted (the lease
+and first-object GETs, the PUT, the HEAD that settles its conflict, a GET of the ticket), and
+an invoked payload's window of reads besides. Three processes on one queue lost more claims
+than they won (issue 22, item 4): nearly all were tickets `take` handed out from a listing up
+to a second old, oldest first, the same ticket in every process. So once a poll sees a ticket
+it knew pending claimed by another process (its ETag changed; this process lists none of its
+own), or a worker of this process loses one (`lost`: the first sign a leader's process gets,
+which takes its coordinator's tickets from memory and rarely lists), the queue is contested
+for `CONTESTED_MS`: `take` trusts what it knows for `TRUST_CONTESTED_MS` only, so a freed
+thread's ticket is confirmed by a LIST (one request for every ticket, against five for a lost
+race); each puller takes a partition's tickets in an order of its own (`SPREAD`: none is passed
+by that many newer ones), so rivals listing the same tickets start on different ones; and what
+it hands out reads nothing ahead of the claim (``pulled``, start.py). A process alone on its
+queue never sees a rival's claim: its cost and its order are as before.
+
 The tickets one poll must read are read at once (`run_all`: the local pull loop's threads):
 a poll that finds 30 new tickets of a busy queue waited 30 GETs one after another (600 ms at
 20 ms a GET), and by then the leader's own threads had claimed most of them.
@@ -41,6 +57,7 @@ a fenced ticket waits for the leader to drop it, and polling it in a loop would 
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Callable, Collection
 from functools import partial
 
@@ -49,12 +66,21 @@ from s3queue.common.concurrency import RunAll, in_order, settled
 from s3queue.errors import MalformedMessage
 from s3queue.protocol.keys import QueueKeys
 from s3queue.protocol.tickets import Invocation, Ticket
-from s3queue.storage.base import Object, Storage
+from s3queue.storage.base import Object, Storage, new_token
 
 RETRY_MS = 2_000
 """How long a puller leaves a pending ticket it offered alone, while it stays unchanged."""
 TRUST_MS = 1_000
 """How long `take` trusts a ticket to be still pending since it was learnt or last listed."""
+TRUST_CONTESTED_MS = 200
+"""`TRUST_MS` while the queue is contested (`CONTESTED_MS`): another process claims what this
+one knows pending, so knowledge older than about one of its claims is a likely lost race."""
+CONTESTED_MS = 5_000
+"""How long after its last poll saw a ticket it knew pending claimed by another process a
+puller stays wary (`TRUST_CONTESTED_MS`, `SPREAD`)."""
+SPREAD = 8
+"""While contested, a ticket may be taken after at most this many newer ones of its partition:
+rivals with one view of the pending tickets then mostly pick different ones."""
 
 
 class Puller:
@@ -66,11 +92,16 @@ class Puller:
         keys: QueueKeys,
         clock: Clock | None = None,
         run_all: RunAll = in_order,
+        salt: str | None = None,
     ) -> None:
         self.storage, self.keys = storage, keys
         self.clock = clock or SystemClock()
         self.run_all = run_all
         """How a poll's ticket GETs run: one by one (`in_order`), or at once on threads."""
+        self.salt = new_token() if salt is None else salt
+        """This puller's own order among a partition's pending tickets while contested."""
+        self._contested_ms: int | None = None
+        """When a poll last saw a ticket this puller knew pending claimed by another process."""
         self._offered: dict[str, tuple[str, int]] = {}
         """Ticket key -> (ETag, when) it was last offered."""
         self._seen: dict[str, tuple[str, float]] = {}
@@ -105,16 +136,34 @@ class Puller:
     def take(self, limit: int) -> list[Invocation]:
         """Up to `limit` payloads known to be pending within `TRUST_MS`, no request."""
         now = self.clock.now_ms()
-        return self._hand_out(limit, now, lambda key: now - self._known.get(key, 0) < TRUST_MS)
+        trust = self.trust_ms(now)
+        return self._hand_out(limit, now, lambda key: now - self._known.get(key, 0) < trust)
 
     def stale(self) -> bool:
         """Whether a pending ticket waits that only a LIST can tell is still pending."""
         now = self.clock.now_ms()
+        trust = self.trust_ms(now)
         return any(
-            now - self._known.get(key, 0) >= TRUST_MS
+            now - self._known.get(key, 0) >= trust
             for key in self._pending
             if key not in self._offered
         )
+
+    def lost(self) -> None:
+        """A worker of this process found a ticket it was given claimed, or gone, by another
+        process: the queue is contested (the first sign a leader's process gets, which takes
+        the tickets its coordinator published from memory and rarely lists)."""
+        self._contested_ms = self.clock.now_ms()
+
+    def contested(self, now: int) -> bool:
+        """Whether another process claimed a ticket this one knew pending within
+        `CONTESTED_MS` before `now` (by `clock`)."""
+        return self._contested_ms is not None and now - self._contested_ms < CONTESTED_MS
+
+    def trust_ms(self, now: int) -> int:
+        """How long `take` trusts what it knows pending: `TRUST_MS`, or while contested
+        `TRUST_CONTESTED_MS`."""
+        return TRUST_CONTESTED_MS if self.contested(now) else TRUST_MS
 
     def poll(self, limit: int, busy: Collection[str] = ()) -> list[Invocation]:
         """Up to `limit` payloads of pending tickets (as the coordinator would invoke with);
@@ -134,7 +183,9 @@ class Puller:
             if key in listed and listed[key] != payload["etag"]:
                 # A pending ticket written since: claimed (nothing else writes one), so no
                 # GET; a later change of it (a commit, or a reap back to pending) is read.
+                # Not by this process (it lists none it works): the queue is contested.
                 self._seen[key] = (listed[key], 0)
+                self._contested_ms = now
         self._pending = {
             k: found for k, found in self._pending.items() if listed.get(k) == found[1]["etag"]
         }
@@ -162,6 +213,8 @@ class Puller:
         taken = self._in_turn(limit, usable) if limit > 0 else []
         for payload in taken:
             self._offered[payload["ticket"]] = (payload["etag"], now)
+        if self.contested(now):  # raced: no window of reads before the claim (start.py)
+            taken = [_raced(payload) for payload in taken]
         return taken
 
     def forget(self, payload: Invocation) -> None:
@@ -176,6 +229,8 @@ class Puller:
                 continue
             partition, payload = self._pending[key]
             queues.setdefault(partition, []).append(payload)
+        if self.contested(self.clock.now_ms()):
+            queues = {p: self._spread(payloads) for p, payloads in queues.items()}
         order = sorted(queues, key=lambda p: (p is not None, p or ""))
         if self._turns and self._served in queues:
             at = order.index(self._served) + 1
@@ -187,6 +242,18 @@ class Puller:
                     taken.append(queues[partition].pop(0))
                     self._served, self._turns = partition, True
         return taken
+
+    def _spread(self, payloads: list[Invocation]) -> list[Invocation]:
+        """One partition's payloads, oldest first, each moved back by up to `SPREAD` - 1
+        places by this puller's salt: rivals that list the same tickets start on different
+        ones, and none is passed by `SPREAD` or more newer ones, so none waits forever."""
+
+        def place(item: tuple[int, Invocation]) -> tuple[int, int]:
+            index, payload = item
+            shift = zlib.crc32(f"{self.salt}{payload['ticket']}".encode()) % SPREAD
+            return index + shift, index
+
+        return [payload for _, payload in sorted(enumerate(payloads), key=place)]
 
     def _read(self, key: str, obj: Object | None) -> None:
         if obj is None:
@@ -202,6 +269,16 @@ class Puller:
         invocation = ticket.invocation(key, obj.etag)
         invocation["pulled"] = True
         self._pending[key] = (partition, invocation)
+
+
+def _raced(payload: Invocation) -> Invocation:
+    """`payload` marked as one that other processes race to claim (start.py reads nothing
+    ahead of its claim)."""
+    if payload.get("pulled"):
+        return payload
+    raced = payload.copy()
+    raced["pulled"] = True
+    return raced
 
 
 def _quiet(ticket: Ticket | None) -> float:
