@@ -125,7 +125,7 @@ def read_round(
     try:
         for part in parts:
             if starts[part.partition] is not None:
-                _join(storage, part, pages[part.partition], busy_groups(live, part.partition))
+                _join(storage, part, pages[part.partition])
     except Exception as exc:  # noqa: BLE001 - the caller undoes every part read
         return parts, exc
     return parts, None
@@ -137,13 +137,14 @@ def _trailing(
     return folder, memory.cursors.of(folder).trailing(storage, start)
 
 
-def _join(storage: Storage, part: Part, trailing: Trailing, busy: set[str]) -> None:
-    """A dense part with its trailing page (`Cursor.join`), its late notices followed."""
+def _join(storage: Storage, part: Part, trailing: Trailing) -> None:
+    """A dense part with its trailing page (`Cursor.join`), its late notices followed; its
+    `blocked` held only its busy groups until now (`read_folder`)."""
     cursor = part.cursor
     candidates, part.stopped = cursor.join(part.candidates, part.stopped, trailing)
     part.candidates = cursor.follow(storage, candidates)
     part.absent = cursor.absent_heads(part.candidates)
-    part.blocked = busy | part.absent
+    part.blocked = part.blocked | part.absent
 
 
 def read_folder(
@@ -169,7 +170,7 @@ def read_folder(
 
     saved = cursor.snapshot()
     candidates, stopped = cursor.read(storage, now, enough, want=want, inbox=inbox, dense=dense)
-    if dense:
+    if dense:  # absent heads once the trailing page is joined (read_round)
         return Part(partition, cursor, saved, candidates, stopped, busy, set())
     candidates = cursor.follow(storage, candidates)
     # A group whose waiting message this tick did not read is blocked: its later messages
