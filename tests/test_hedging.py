@@ -16,8 +16,6 @@ from s3queue.storage.base import Page
 from s3queue.storage.hedging import HedgedLists, hedged
 from s3queue.storage.memory import MemoryStorage
 
-from bench.simkernel import Kernel
-
 WAIT_S = 10.0
 """Longest any test waits for a thread it released (never reached when the code is right)."""
 
@@ -141,25 +139,3 @@ def test_a_coordinator_lists_through_its_hedge() -> None:
     for _ in range(2 * hedging.MIN_SAMPLES):  # each tick LISTs at least its tickets
         coordinator.tick()
     assert lists_seen, "no LIST of a tick went through the hedge's pool"
-
-
-def test_a_timed_wait_in_virtual_time_returns_at_its_timeout() -> None:
-    """The AWS simulation's jobs: a wait of 20 ms on a 50-ms job returns at 20 ms, not done;
-    waiting again returns once the job has (the hedge's clock there is virtual)."""
-    kernel = Kernel()
-    out: list[float] = []
-
-    def main() -> None:
-        lanes = kernel.pool(2)
-        start = kernel.local_ms()
-        job = lanes.submit(lambda: kernel.wait(50.0, "job"))
-        out.append(float(wait_any([job], timeout_s=0.02)))
-        out.append(kernel.local_ms() - start)
-        out.append(float(wait_any([job])))
-        out.append(kernel.local_ms() - start)
-
-    kernel.spawn(main, at_ms=kernel.now, name="main", role="test")
-    kernel.run(kernel.now + 1_000)
-    kernel.stop()
-    assert out[0] == 0.0 and 20 <= out[1] < 22
-    assert out[2] == 1.0 and 50 <= out[3] < 52

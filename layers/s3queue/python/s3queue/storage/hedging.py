@@ -1,15 +1,12 @@
 """Hedged LISTs: a LIST that has not answered by the time most have is sent again, and the
 first answer is used.
 
-S3's latency has a long tail (AWS-FACTS), and a coordinator's tick waits on its LISTs one after
-the other (the tickets, then each folder's page), so one slow LIST delays every message the
-tick dispatches. AWS advises "tracking and aggressively retrying slower operations" for
-latency-sensitive work (Best Practices Design Patterns: Optimizing Amazon S3 Performance,
-"Timeouts and Retries for Latency-Sensitive Applications"); Dean and Barroso's hedged request
-("The Tail at Scale", CACM 2013) does it without giving up the first attempt: send the request
-again once it has been out longer than the `QUANTILE` of recent ones, and take whichever answer
-comes first. LISTs are a few of a tick's requests, so a fifth more of them costs little: at
-1,800 messages a second (about 12 LISTs a second) some 0.7 cent per million messages.
+S3's latency has a long tail (AWS-FACTS; the S3 performance guidelines advise "tracking and
+aggressively retrying slower operations"), and a coordinator's tick waits on its LISTs one
+after the other (the tickets, then each folder's page), so one slow LIST delays every message
+the tick dispatches. Dean and Barroso's hedged request ("The Tail at Scale", CACM 2013) cuts
+that tail for a few per cent more requests: send the request again once it has been out longer
+than the `QUANTILE` of recent ones, and take whichever answer comes first.
 
 Why it is safe. A LIST changes nothing, so two in flight change nothing either. The answer
 used is a snapshot S3 took within its own request's time, and the caller goes on only once it
