@@ -390,20 +390,15 @@ class _Job:
         return self.value
 
     @staticmethod
-    def wait_any(jobs: list[_Job], timeout_s: float | None = None) -> None:
-        """Park the caller until one of `jobs` ran, or `timeout_s` (virtual) passed
-        (concurrency.py, `wait_any`); the others forget it as their waiter, so that none wakes
-        it later, wherever it waits then."""
+    def wait_any(jobs: list[_Job]) -> None:
+        """Park the caller until one of `jobs` ran (concurrency.py, `wait_any`); the others
+        forget it as their waiter, so that none wakes it later, wherever it waits then."""
         kernel = jobs[0].kernel
         me = kernel.actor()
-        deadline = None if timeout_s is None else kernel.local_ms() + timeout_s * 1000
         while not any(job.done for job in jobs):
-            left = None if deadline is None else deadline - kernel.local_ms()
-            if left is not None and left <= 0:
-                break
             for job in jobs:
                 job.waiter = me
-            kernel.park(left, "read-ahead")
+            kernel.park(None, "read-ahead")
         for job in jobs:
             if job.waiter is me:
                 job.waiter = None

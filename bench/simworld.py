@@ -38,7 +38,6 @@ from s3queue.dispatching.sizing import Pace
 from s3queue.errors import S3QueueError
 from s3queue.message import Message
 from s3queue.producing.producer import Queue
-from s3queue.storage.hedging import THREADS as HEDGE_THREADS
 from s3queue.storage.s3 import S3Storage
 from s3queue.working.readahead import READ_AHEAD
 from s3queue.working.worker import Worker
@@ -225,7 +224,6 @@ class World:
                 pace=paces[queue],
                 send=invokes,
                 chain=self.settings.chain,  # as functions/coordinator/app.py
-                hedge=self.kernel.pool(HEDGE_THREADS).submit,  # as functions/coordinator/app.py
             )
             for queue in self.queues
         ]

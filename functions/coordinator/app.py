@@ -29,7 +29,6 @@ from s3queue.dispatching.service import serve
 from s3queue.dispatching.sizing import Pace
 from s3queue.errors import ConfigError
 from s3queue.storage.clients import make_client, make_lambda_client
-from s3queue.storage.hedging import THREADS as HEDGE_THREADS
 from s3queue.storage.s3 import S3Storage
 
 logger = Logger(service=metric_names.SERVICE)
@@ -70,8 +69,6 @@ class Container:
     """How fast each queue's tickets finish (sizing.py), kept from run to run."""
     stepper: Threads
     """The threads that step the queues due at the same time at once (one per queue)."""
-    hedges: Threads
-    """The threads a tick's LISTs and their hedges run on (s3queue.storage.hedging)."""
     schedules: Schedules
     """The slots of scheduled queues this container enqueued, kept from run to run."""
 
@@ -91,7 +88,6 @@ def container() -> Container:
         invokes=Background(Threads(INVOKE_THREADS, "s3queue-invoke").submit),
         paces={queue: Pace() for queue in env.queues.settings},
         stepper=Threads(len(env.queues.settings), "s3queue-queues"),
-        hedges=Threads(HEDGE_THREADS, "s3queue-hedge"),
         schedules=Schedules(CLOCK),
     )
 
@@ -112,7 +108,6 @@ def coordinators(app: Container, owner: str) -> list[Coordinator]:
             pace=app.paces[queue],
             send=app.invokes,
             chain=settings.chain,  # park successors behind live tickets (a queue's choice)
-            hedge=app.hedges.submit,  # a slow LIST is sent again (hedging.py)
         )
         for queue, settings in app.settings.items()
     ]

@@ -81,22 +81,20 @@ def is_done(pending: Pending) -> bool:
     return bool(done()) if callable(done) else bool(done)
 
 
-def wait_any(pending: list[Pending], timeout_s: float | None = None) -> bool:
-    """Return once one of `pending` has returned (at once if one has), or once `timeout_s` has
-    passed; whether one has. `Future`s through `concurrent.futures.wait`; a kind of its own
-    with a ``wait_any`` (the AWS simulation's jobs, in virtual time); else the first's result
-    (`Batched` runs them all then, whatever the timeout)."""
+def wait_any(pending: list[Pending]) -> None:
+    """Return once one of `pending` has returned (at once if one has): `Future`s through
+    `concurrent.futures.wait`; a kind of its own with a ``wait_any`` (the AWS simulation's
+    jobs, in virtual time); else the first's result (`Batched` runs them all then)."""
     if not pending or any(is_done(p) for p in pending):
-        return bool(pending)
+        return
     own = getattr(type(pending[0]), "wait_any", None)
     if own is not None:
-        own(pending, timeout_s)
+        own(pending)
     elif all(isinstance(p, Future) for p in pending):
-        wait(pending, timeout=timeout_s, return_when=FIRST_COMPLETED)  # type: ignore[arg-type]
+        wait(pending, return_when=FIRST_COMPLETED)  # type: ignore[arg-type]
     else:
         with contextlib.suppress(Exception):  # raised where that result is wanted
             pending[0].result()
-    return any(is_done(p) for p in pending)
 
 
 def submitter(run_all: RunAll) -> Submit:

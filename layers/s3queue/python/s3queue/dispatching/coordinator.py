@@ -21,7 +21,7 @@ import uuid
 from dataclasses import dataclass, field, replace
 
 from s3queue.common.clock import Clock, SystemClock, ms
-from s3queue.common.concurrency import RunAll, Submit, Threads
+from s3queue.common.concurrency import RunAll, Threads
 from s3queue.common.events import Emitter, Listener
 from s3queue.contract.settings import CoordinatorSettings, QueueSettings
 from s3queue.dispatching import sizing
@@ -49,7 +49,6 @@ from s3queue.protocol.keys import QueueKeys, check_queue_name
 from s3queue.protocol.lease import LeaderLease
 from s3queue.protocol.tickets import Ticket
 from s3queue.storage.base import Entry, Storage, iter_keys
-from s3queue.storage.hedging import hedged
 
 __all__ = ["Coordinator", "Invoker", "Known", "RunAll", "TickResult"]
 
@@ -98,11 +97,8 @@ class Coordinator:
         in_process: bool = False,
         send: Send | None = None,
         chain: bool = False,
-        hedge: Submit | None = None,
     ) -> None:
         self.storage = storage
-        self.reads = hedged(storage, hedge, clock or SystemClock())
-        """`storage` with the tick's LISTs hedged on `hedge`'s pool, if given (hedging.py)."""
         self.chain = chain
         """Park tickets behind live ones once every slot is taken, for their workers to take
         next (`Ticket.after`, the worker's `chain`): the coordinator Lambda's way."""
@@ -211,7 +207,7 @@ class Coordinator:
         return {p[0] for e in self._list_tickets() if (p := self.keys.parse_ticket(e.key))}
 
     def _list_tickets(self) -> list[Entry]:
-        return list(iter_keys(self.reads, self.keys.tickets))
+        return list(iter_keys(self.storage, self.keys.tickets))
 
     def _dispatch(self, reaped: int, queued: int) -> TickResult:
         """Read each partition's cursor (folders.py), share the capacity fairly and plan
@@ -235,7 +231,7 @@ class Coordinator:
         try:
             # Every folder (partition, lane, shard) at once: each is its own cursor's LIST.
             read, failed = read_round(
-                self.reads,
+                self.storage,
                 memory,
                 self.run_all,
                 inbox,
