@@ -215,6 +215,8 @@ def capacity(point: Capacity, model: Model, settings: QueueSettings) -> dict[str
             "enqueue_failures": world.enqueue_failures,
             "slowdowns_503": sum(world.s3.meter.slowdowns.values()),
             "where_time_goes": simmeasure.where_time_goes(world, spent, point.warmup_s, end),
+            # full collections of the simulation's shared heap, charged to no actor (simkernel)
+            "gc_excluded_ms": round(world.kernel.gc_excluded_ms),
             "errors": world.kernel.errors[:5],
         }
     finally:

@@ -96,6 +96,30 @@ def test_stop_unwinds_every_waiting_actor() -> None:
     assert kernel.actors[0].waited_ms["sleep"] >= 5_000
 
 
+def test_a_full_collection_of_the_shared_heap_is_charged_as_one_of_a_function_s_own() -> None:
+    """Every actor shares this interpreter's heap, so a full collection one of them sets off
+    walks the whole world's objects: charged at most `full_gc_ms`, the rest counted apart."""
+    import gc
+
+    kernel = Kernel(cpu_scale=1.0)
+    world = [[n] for n in range(1_000_000)]  # the simulated world's objects, after the start
+    charged: list[float] = []
+
+    def body() -> None:
+        before = kernel.local_ms()
+        gc.collect()
+        charged.append(kernel.local_ms() - before)
+
+    kernel.spawn(body, at_ms=kernel.now, name="collector", role="t")
+    kernel.run(kernel.now + 1_000.0)
+    kernel.stop()
+    assert len(world) == 1_000_000
+    assert kernel.gc_excluded_ms > 0
+    assert charged[0] <= kernel.full_gc_ms + 5.0  # + the actor's own few statements
+    assert kernel._full_gc not in gc.callbacks  # stop() unhooks it
+    assert Kernel(0.0).full_gc_ms == 0.0  # no CPU charged: nothing measured, nothing hooked
+
+
 # -- simulated S3 ------------------------------------------------------------------------------
 
 
