@@ -9,6 +9,7 @@ semantics where a caller still does.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,7 @@ import pytest
 from harness import Harness
 from s3queue import run_local
 from s3queue.dispatching.coordinator import Coordinator
+from s3queue.errors import StorageError
 from s3queue.local.cli import main
 from s3queue.local.seaweed import EmbeddedS3
 from s3queue.message import Message
@@ -170,6 +172,59 @@ def test_an_empty_inbox_is_listed_with_the_folders_and_a_busy_one_at_every_tick(
     assert h.tick().dispatched == 0 and inbox in listed  # found empty here
     listed.clear()
     assert h.tick().dispatched == 0 and inbox not in listed
+
+
+def test_a_lambda_coordinator_discovers_beside_its_tick_and_lists_the_inbox_at_the_next() -> None:
+    # GIVEN a coordinator that runs its invokes on threads of their own, as the Lambda does
+    h = Harness()
+    jobs: list[Callable[[], None]] = []
+    h.coordinator.reconciler.send = jobs.append
+    listed: list[str] = []
+    h.storage.list = _recording(h.storage.list, listed)  # type: ignore[method-assign]
+    keys = h.queue.keys
+    h.tick()  # the first tick knows no folders yet: it discovers in line
+    assert keys.inbox in listed
+    _run(jobs)
+    # WHEN another service PUTs into the empty inbox, and the folders' interval has passed
+    h.storage.put(keys.inbox + "a.json", b'{"n": 1}')
+    h.clock.advance(1.0)
+    listed.clear()
+    # THEN the tick does not wait for the discovery: the discovery is left beside it ...
+    assert h.tick().dispatched == 0 and keys.inbox not in listed and len(jobs) == 1
+    _run(jobs)
+    assert listed == [keys.tickets, keys.msg, keys.inbox]  # the inbox, after the tick's LISTs
+    # ... and the next tick lists the inbox itself after its LIST of tickets, and dispatches
+    listed.clear()
+    assert h.tick().dispatched == 1
+    assert listed.index(keys.tickets) < listed.index(keys.inbox)
+
+
+def test_a_discovery_beside_the_tick_that_fails_is_done_in_line_by_the_next_tick() -> None:
+    # GIVEN a Lambda-like coordinator whose discovery beside the tick meets an S3 error
+    h = Harness()
+    jobs: list[Callable[[], None]] = []
+    h.coordinator.reconciler.send = jobs.append
+    keys = h.queue.keys
+    h.tick()
+    _run(jobs)
+    h.clock.advance(1.0)
+    real = h.storage.list_folders
+
+    def failing(prefix: str) -> tuple[str, ...]:
+        raise StorageError("ListObjectsV2 failed: SlowDown (HTTP 503)")
+
+    h.storage.list_folders = failing  # type: ignore[method-assign]
+    h.tick()
+    _run(jobs)  # WHEN it fails (no error escapes the thread)
+    h.storage.list_folders = real  # type: ignore[method-assign]
+    # THEN the next tick discovers in line, and sees a plain PUT at once
+    h.storage.put(keys.inbox + "a.json", b'{"n": 1}')
+    assert h.tick().dispatched == 1
+
+
+def _run(jobs: list[Callable[[], None]]) -> None:
+    while jobs:
+        jobs.pop(0)()
 
 
 def _recording(list_: Any, listed: list[str]) -> Any:

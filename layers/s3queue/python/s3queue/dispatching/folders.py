@@ -32,7 +32,13 @@ Inbox = dict[str | None, list[scan.Candidate]]
 
 
 def inbox_and_partitions(
-    storage: Storage, keys: QueueKeys, memory: Memory, run_all: RunAll, now: int, every_ms: int
+    storage: Storage,
+    keys: QueueKeys,
+    memory: Memory,
+    run_all: RunAll,
+    now: int,
+    every_ms: int,
+    background: Callable[[Callable[[], None]], None] | None = None,
 ) -> Inbox:
     """The inbox, and the partition folders when due (every `every_ms`, into `memory`), listed
     at once (neither needs the other; both come after the LIST of tickets, as coordinator.py's
@@ -41,7 +47,14 @@ def inbox_and_partitions(
     An inbox found empty is listed again only with the folders: a plain PUT waits at most
     `every_ms` more, and a busy queue's ticks, which follow each other at once on AWS
     latencies (service.py), pay two LISTs, not three. An inbox that had objects is listed at
-    every tick until it is found empty."""
+    every tick until it is found empty.
+
+    With `background` (the coordinator Lambda's threads, which its invokes run on), a queue
+    whose inbox was empty does not wait for the discovery at all: it is listed beside the tick
+    and learnt for the next one (`_discover`). Only whether the inbox has objects and which
+    folders exist is taken from it, never an object: the next tick lists the inbox again after
+    its own LIST of tickets, so the order of the LISTs holds (coordinator.py). A plain PUT into
+    an empty inbox then waits at most one tick more."""
     due = memory.discovered_ms is None or now - memory.discovered_ms >= every_ms
     if not due:
         if not memory.inbox_busy:
@@ -49,14 +62,35 @@ def inbox_and_partitions(
         inbox = list_inbox(storage, keys)
         memory.inbox_busy = bool(inbox)
         return inbox
+    if background is not None and memory.discovered_ms is not None and not memory.inbox_busy:
+        memory.discovered_ms = now
+        background(partial(_discover, storage, keys, memory))
+        return {}
     inbox, folders = settled(
         run_all, [partial(list_inbox, storage, keys), partial(storage.list_folders, keys.parts)]
     )
-    named = [folder[len(keys.parts) : -1] for folder in folders]
-    memory.partitions = [None, *(p for p in named if is_folder_name(p))]
+    _learn_folders(keys, memory, folders)
     memory.discovered_ms = now
     memory.inbox_busy = bool(inbox)
     return inbox  # type: ignore[no-any-return]
+
+
+def _discover(storage: Storage, keys: QueueKeys, memory: Memory) -> None:
+    """The folders and whether the inbox has objects, for the next tick (`background`). If a
+    LIST fails, the next tick discovers again itself, and its error is the tick's."""
+    try:
+        busy = bool(storage.list(keys.inbox, limit=1).entries)
+        folders = storage.list_folders(keys.parts)
+    except Exception:  # noqa: BLE001 - the next tick lists again, in line, and raises
+        memory.discovered_ms = None
+        return
+    _learn_folders(keys, memory, folders)
+    memory.inbox_busy = busy
+
+
+def _learn_folders(keys: QueueKeys, memory: Memory, folders: tuple[str, ...]) -> None:
+    named = [folder[len(keys.parts) : -1] for folder in folders]
+    memory.partitions = [None, *(p for p in named if is_folder_name(p))]
 
 
 def list_inbox(storage: Storage, keys: QueueKeys) -> Inbox:
