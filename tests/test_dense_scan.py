@@ -15,6 +15,7 @@ from harness import Harness, Recorder
 from s3queue.common.clock import FakeClock
 from s3queue.contract.settings import QueueSettings
 from s3queue.dispatching import cursor
+from s3queue.dispatching.folders import adopt_frontiers
 from s3queue.protocol.keys import MsgKey
 from s3queue.protocol.records import encode_records, record_for
 from s3queue.storage import MemoryStorage
@@ -119,3 +120,63 @@ def test_a_quiet_queue_keeps_no_frontier() -> None:
     storage.starts.clear()
     h.tick()
     assert len(storage.starts) == 1
+
+
+def test_a_new_leader_lists_from_its_predecessors_frontier_at_once() -> None:
+    """The frontier travels in the lease (`LeaseDoc.frontiers`, protocol/advisory.py): the
+    next leader's first tick lists what arrived during the handover from there, one page of
+    the folder's start beside it, instead of walking from the start through every message
+    still in flight; nothing in flight goes out twice."""
+    h, storage, start = _in_flight()
+    frontier = h.coordinator.memory.cursors.of(None).frontier
+    h.coordinator.release()
+    new = [_put(h, start + 50 + i, f"new{i}") for i in range(3)]
+    h.clock.advance(0.1)
+    storage.starts.clear()
+    before = len(_dispatched(h))
+    successor = h.new_coordinator("c2")
+    assert successor.tick().dispatched == 3
+    assert sorted(storage.starts, key=str) == sorted(["", frontier], key=str)
+    assert sorted(_dispatched(h)[before:]) == sorted(k.split("/")[-1] for k in new)
+    h.coordinator = successor
+    recorder = Recorder()
+    h.drain(recorder)
+    assert sorted(m.id for m in recorder.seen) == sorted(
+        [f"old{i:02d}" for i in range(15)] + [f"new{i}" for i in range(3)]
+    )
+
+
+def test_a_frontier_from_the_lease_is_only_a_place_to_list_from() -> None:
+    """Advisory: a frontier outside its folder is ignored, and an unreadable one is dropped
+    without making the lease unreadable (which would seal every epoch)."""
+    from s3queue.protocol.lease import LeaseDoc
+
+    doc = LeaseDoc("c1", 3, 0, frontiers={"": "s3queue/q/msg/x"})
+    assert LeaseDoc.decode(doc.encode("t")).frontiers == {"": "s3queue/q/msg/x"}
+    broken = doc.encode("t").replace(b'"frontiers":{"":"s3queue/q/msg/x"}', b'"frontiers":[7]')
+    assert LeaseDoc.decode(broken).frontiers == {} and LeaseDoc.decode(broken).epoch == 3
+    h, _, _ = _in_flight()
+    memory = h.new_coordinator("c2").memory
+    adopt_frontiers(memory, {"": "s3queue/elsewhere/msg/zzz", "../x": "s3queue/q/msg/1"}, 0)
+    assert memory.cursors.of(None).frontier == "" and list(memory.cursors.by_partition) == [None]
+
+
+def test_a_leader_whose_last_scan_read_one_page_hands_over_where_it_ended_too() -> None:
+    """A quiet queue's cursor keeps no frontier of its own (one LIST a tick), but where its
+    last scan ended still goes to the successor, whose first tick lists from there."""
+    clock = FakeClock()
+    storage = Listings(clock)
+    h = Harness(storage=storage, clock=clock)
+    storage.prefix = h.queue.keys.msg
+    keys = [_put(h, clock.now_ms() - 800 + 100 * i, f"m{i}") for i in range(8)]
+    clock.advance(0.001)
+    h.tick()
+    assert h.coordinator.memory.cursors.of(None).frontier == ""
+    h.coordinator.release()
+    later = _put(h, clock.now_ms() + 10, "later")
+    clock.advance(0.1)
+    storage.starts.clear()
+    successor = h.new_coordinator("c2")
+    assert successor.tick().dispatched == 1
+    assert sorted(storage.starts, key=str) == sorted(["", keys[-1]], key=str)
+    assert later.split("/")[-1] in _dispatched(h)

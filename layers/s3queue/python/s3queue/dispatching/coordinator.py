@@ -26,7 +26,12 @@ from s3queue.common.events import Emitter, Listener
 from s3queue.contract.settings import CoordinatorSettings, QueueSettings
 from s3queue.dispatching import sizing
 from s3queue.dispatching.cursor import Cursors
-from s3queue.dispatching.folders import inbox_and_partitions, read_round
+from s3queue.dispatching.folders import (
+    adopt_frontiers,
+    frontiers,
+    inbox_and_partitions,
+    read_round,
+)
 from s3queue.dispatching.gate import Gate
 from s3queue.dispatching.holds import HoldReport
 from s3queue.dispatching.limits import Limits
@@ -117,6 +122,7 @@ class Coordinator:
             skew_ms=ms(self.config.skew_tolerance),
             epochs=self._ticket_epochs,
             pace=self._pace_state,
+            frontiers=lambda: frontiers(self.memory),
         )
         self.reconciler = Reconciler(
             storage,
@@ -172,6 +178,7 @@ class Coordinator:
         if self.lease.epoch != self.memory.epoch:
             self.memory = self._fresh(self.lease.epoch)
             self.pace.adopt(self.lease.inherited)
+            adopt_frontiers(self.memory, self.lease.inherited_frontiers, self.clock.now_ms())
             self.emit("takeover", self.clock.now_ms(), epoch=self.lease.epoch, owner=self.owner)
         listed = self._list_tickets()
         reconciler = self.reconciler

@@ -55,6 +55,7 @@ class Cursor:
     frontier: str = ""
     """Where the last scan ended, having read more than a page up to now: the next tick lists
     what is new from here, and its margin (from `start_after`) beside it. "": not dense."""
+    caught_up: str = ""  # where the last scan that read up to now ended: for a successor (lease)
     _now: int = 0
     _reached: str = ""  # the last key this tick's scan from the cursor (or frontier) read
     _listed: int = 0  # keys this tick listed from the cursor, frontier and trailing page
@@ -214,7 +215,7 @@ class Cursor:
         else, having read up to now, a straggler margin before now."""
         self.wakeups.update(plan.wakeups)
         held = plan.hold_key
-        self.frontier = ""
+        self.frontier = self.caught_up = ""
         if held is not None:
             self.start_after = held[:-1]  # lists from `held` on (and its few same-prefix elders)
         elif stopped:
@@ -222,9 +223,8 @@ class Cursor:
         else:
             margin = round(self.config.straggler_margin * 1000)
             self.start_after = self.keys.msg_after(now - margin)
-            # Read more than a page could: list what is new from where this scan ended (keys
-            # due later than now are read again then), the margin beside it.
-            frontier = min(self._reached, self.keys.msg_after(now))
+            # Read more than a page: list what is new from where this scan ended, the margin beside
+            frontier = self.caught_up = min(self._reached, self.keys.msg_after(now))
             if self._listed > PAGE and frontier > self.start_after:
                 self.frontier = frontier
 

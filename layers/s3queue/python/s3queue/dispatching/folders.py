@@ -20,6 +20,8 @@ from s3queue.storage.base import Storage
 
 __all__ = [
     "Inbox",
+    "adopt_frontiers",
+    "frontiers",
     "inbox_and_partitions",
     "list_inbox",
     "read_folder",
@@ -211,3 +213,27 @@ def read_folder(
     # may not overtake it (FIFO), wherever the cursor is.
     absent = cursor.absent_heads(candidates)
     return Part(partition, cursor, saved, candidates, stopped, busy | absent, absent)
+
+
+def frontiers(memory: Memory) -> dict[str, str]:
+    """Where each folder's last scan that read up to now ended ("" names the default folder),
+    for the lease: where a successor's first tick lists what is new from (advisory.py)."""
+    return {
+        folder or "": cursor.caught_up
+        for folder, cursor in list(memory.cursors.by_partition.items())
+        if cursor.caught_up
+    }
+
+
+def adopt_frontiers(memory: Memory, inherited: dict[str, str], now: int) -> None:
+    """A new leader's fresh cursors start dense at the frontiers its predecessor handed over:
+    the first tick lists what is new from there and one page from each folder's start beside
+    it (`Cursor.join`), instead of a sweep from the start. A key outside its folder's
+    ``msg/``, or of no folder a queue can have, is ignored (advisory: never trusted beyond a
+    place to list from)."""
+    for name, frontier in inherited.items():
+        if name and not is_folder_name(name):
+            continue
+        cursor = memory.cursors.of(name or None)
+        if frontier.startswith(cursor.keys.msg) and not cursor.start_after:
+            cursor.frontier, cursor.swept_ms = frontier, now

@@ -92,6 +92,8 @@ class LeaseDoc:
     """Advisory (advisory.py): the writer's ticket pace (`sizing.Pace.state`)."""
     ends_ms: int = 0
     """Advisory: when the holder's run plans to release the lease, by its clock (0: no plan)."""
+    frontiers: dict[str, str] = field(default_factory=dict)
+    """Advisory: where each busy folder's scan last ended ("": the default folder)."""
 
     def lapsed(self, written_ago_ms: int, now_ms: int, skew_ms: int) -> bool:
         """Whether a challenger may take over: released, or not written for ``ttl`` by S3's
@@ -130,10 +132,7 @@ class LeaseDoc:
             doc["doubts"] = {str(k): list(v) for k, v in sorted(self.doubts.items())}
         if self.ttl_ms:
             doc["ttl"] = self.ttl_ms
-        if self.pace:
-            doc["pace"] = [round(v, 3) for v in self.pace]
-        if self.ends_ms:
-            doc["ends"] = self.ends_ms
+        doc.update(advisory.fields(self.pace, self.ends_ms, self.frontiers))
         return json.dumps(doc, separators=(",", ":")).encode()
 
     @classmethod
@@ -146,8 +145,8 @@ class LeaseDoc:
             doubts = {int(k): tuple(map(int, v)) for k, v in doc.get("doubts", {}).items()}
             owner, epoch, until = doc.get("owner"), int(doc["epoch"]), int(doc["lease_until"])
             ttl = int(doc.get("ttl", 0))
-            pace, ends = advisory.pace(doc), advisory.ends(doc)
-            return cls(owner, epoch, until, seals, blocks, holes, ttl, doubts, pace, ends)
+            pace, ends, fronts = advisory.pace(doc), advisory.ends(doc), advisory.frontiers(doc)
+            return cls(owner, epoch, until, seals, blocks, holes, ttl, doubts, pace, ends, fronts)
         except (ValueError, KeyError, TypeError, IndexError) as exc:
             raise MalformedMessage(f"undecodable coordinator lease: {exc}") from exc
 
@@ -182,6 +181,7 @@ class LeaderLease:
         skew_ms: int,
         epochs: Callable[[], set[int]] = set,
         pace: Callable[[], tuple[float, ...]] = tuple,
+        frontiers: Callable[[], dict[str, str]] = dict,
     ) -> None:
         self._storage = storage
         self._key = key
@@ -192,10 +192,11 @@ class LeaderLease:
         self.doc: LeaseDoc | None = None
         self._etag: str | None = None
         self._epochs = epochs
-        self._pace = pace
-        """The holder's ticket pace, written with every lease write (`LeaseDoc.pace`)."""
+        self._pace, self._frontiers = pace, frontiers
+        """The holder's ticket pace and frontiers, written with every lease write."""
         self.inherited: tuple[float, ...] = ()
         """The pace the lease held when we took it over (our predecessor's)."""
+        self.inherited_frontiers: dict[str, str] = {}
         self.ends: Callable[[], int] = advisory.no_plan
         """When our run plans to release, written with every lease write (`LeaseDoc.ends_ms`);
         the service sets it for a run that ends (a Lambda's)."""
@@ -243,7 +244,7 @@ class LeaderLease:
             blocks=blocks,
         )
         self._etag = obj.etag
-        self.inherited = current.pace
+        self.inherited, self.inherited_frontiers = current.pace, current.frontiers
         return self._write(taken)
 
     def _write(
@@ -254,6 +255,7 @@ class LeaderLease:
             ttl_ms=self._ttl,
             pace=self._pace(),
             ends_ms=self.ends(),
+            frontiers=self._frontiers(),
         )
         token = new_token()
         try:
