@@ -232,9 +232,8 @@ class Coordinator:
         live = [r for refs in tickets.values() for r in refs]
         in_flight = {r.key for r in live}
         every = round(self.config.discover_interval * 1000)
-        background = self.reconciler.background if self.reconciler.send else None
         inbox = inbox_and_partitions(
-            self.storage, self.keys, memory, self.run_all, now, every, background
+            self.storage, self.keys, memory, self.run_all, now, every, self.reconciler.send
         )
         parts: list[Part] = []
         want = capacity * sizing.most(self.settings, self.pace, queued)

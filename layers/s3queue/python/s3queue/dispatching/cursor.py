@@ -223,7 +223,7 @@ class Cursor:
         else:
             margin = round(self.config.straggler_margin * 1000)
             self.start_after = self.keys.msg_after(now - margin)
-            # Read more than a page: list what is new from where this scan ended, the margin beside
+            # Where this scan ended (keys due later are read again); dense if it read over a page
             frontier = self.caught_up = min(self._reached, self.keys.msg_after(now))
             if self._listed > PAGE and frontier > self.start_after:
                 self.frontier = frontier

@@ -14,6 +14,7 @@ from functools import partial
 from s3queue.common.concurrency import RunAll, attempted, settled
 from s3queue.dispatching import scan
 from s3queue.dispatching.cursor import Trailing
+from s3queue.dispatching.reconcile import Send
 from s3queue.dispatching.view import LiveRef, Memory, Part, busy_groups, by_priority, dispatchable
 from s3queue.protocol.keys import QueueKeys, is_folder_name
 from s3queue.storage.base import Storage
@@ -40,7 +41,7 @@ def inbox_and_partitions(
     run_all: RunAll,
     now: int,
     every_ms: int,
-    background: Callable[[Callable[[], None]], None] | None = None,
+    background: Send | None = None,
 ) -> Inbox:
     """The inbox, and the partition folders when due (every `every_ms`, into `memory`), listed
     at once (neither needs the other; both come after the LIST of tickets, as coordinator.py's

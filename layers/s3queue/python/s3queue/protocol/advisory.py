@@ -10,13 +10,14 @@ reason to treat the lease as unreadable (which would seal every epoch and jump t
 - ``ends``: when the holder's run plans to release the lease, by its clock (a Lambda run's
   deadline less its reserve; 0 for a run with no end). A follower asks again just after then
   instead of up to `follow_interval` later (service.py).
-- ``frontiers``: where each busy folder's scan last ended (`Cursor.frontier`, at most
-  `FRONTIERS` folders; "" names the default one). A successor's first tick lists what is new
-  from there and, beside it, one page from the folder's start, as a dense cursor does
-  (cursor.py: a grouped message past a hole waits, an ungrouped one goes): without it, a new
-  leader walked from the start through every message still in flight, a page or two a tick,
-  before it saw what had arrived during the handover (issue 22: the worst 1 % of enqueue to
-  start at half capacity, in one run of three, was the first tickets after a handover).
+- ``frontiers``: where each folder's last scan that read up to the leader's now ended
+  (`Cursor.caught_up`, at most `FRONTIERS` folders; "" names the default one). A successor's
+  first tick lists what is new from there and, beside it, one page from the folder's start, as
+  a dense cursor does (cursor.py: a grouped message past a hole waits, an ungrouped one
+  goes): without it, a new leader walked from the start through every message still in
+  flight, a page or two a tick, before it saw what had arrived during the handover (issue 22:
+  the worst 1 % of enqueue to start at half capacity, in one run of three, was the first
+  tickets after a handover).
 """
 
 from __future__ import annotations

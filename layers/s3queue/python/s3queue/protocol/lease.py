@@ -93,7 +93,7 @@ class LeaseDoc:
     ends_ms: int = 0
     """Advisory: when the holder's run plans to release the lease, by its clock (0: no plan)."""
     frontiers: dict[str, str] = field(default_factory=dict)
-    """Advisory: where each busy folder's scan last ended ("": the default folder)."""
+    """Advisory: where each folder's last scan up to now ended ("": the default folder)."""
 
     def lapsed(self, written_ago_ms: int, now_ms: int, skew_ms: int) -> bool:
         """Whether a challenger may take over: released, or not written for ``ttl`` by S3's
