@@ -203,6 +203,7 @@ SMOKE = replace(
     aws_sim_seconds=3.0,
     aws_sim_steady=5.0,
     aws_sim_variants=("batch_size=20", "packed:concurrency=4"),
+    aws_sim_variant_offered=1_000.0,  # a smoke run checks the code path, not the budget's edge
     aws_sim_packed_variant_offered=2_000.0,
     aws_sim_packed_variant_seconds=1.0,
     aws_sim_overload_offered=8_000.0,
