@@ -28,6 +28,7 @@ from s3queue.dispatching import sizing
 from s3queue.dispatching.cursor import Cursors
 from s3queue.dispatching.folders import (
     adopt_frontiers,
+    discover_beside,
     frontiers,
     inbox_and_partitions,
     read_round,
@@ -180,15 +181,16 @@ class Coordinator:
             self.pace.adopt(self.lease.inherited)
             adopt_frontiers(self.memory, self.lease.inherited_frontiers, self.clock.now_ms())
             self.emit("takeover", self.clock.now_ms(), epoch=self.lease.epoch, owner=self.owner)
-        listed = self._list_tickets()
-        reconciler = self.reconciler
+        reconciler, memory, started = self.reconciler, self.memory, self.clock.now_ms()
+        beside = (self.storage, self.keys, memory, self.run_all, reconciler.send, started)
+        listed = discover_beside(self._list_tickets, *beside)  # the discovery, on a first tick
         if reconciler.outranked(listed) or (
             self.lease.pending_seals() and not reconciler.seal(listed)
         ):
             self.memory = self._fresh()
             return TickResult(leader=False)
         known = self.memory.known
-        reconciled = reconciler.reconcile(listed, known, self.memory.cursors)
+        reconciled = reconciler.reconcile(listed, known, self.memory.cursors, self.run_all)
         self.gate.observe(listed)
         now = self.clock.now_ms()
         for key, gone in reconciled.finished.items():

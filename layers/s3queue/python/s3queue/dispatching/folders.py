@@ -17,11 +17,12 @@ from s3queue.dispatching.cursor import Trailing
 from s3queue.dispatching.reconcile import Send
 from s3queue.dispatching.view import LiveRef, Memory, Part, busy_groups, by_priority, dispatchable
 from s3queue.protocol.keys import QueueKeys, is_folder_name
-from s3queue.storage.base import Storage
+from s3queue.storage.base import Entry, Storage
 
 __all__ = [
     "Inbox",
     "adopt_frontiers",
+    "discover_beside",
     "frontiers",
     "inbox_and_partitions",
     "list_inbox",
@@ -76,6 +77,28 @@ def inbox_and_partitions(
     memory.discovered_ms = now
     memory.inbox_busy = bool(inbox)
     return inbox  # type: ignore[no-any-return]
+
+
+def discover_beside(
+    list_tickets: Callable[[], list[Entry]],
+    storage: Storage,
+    keys: QueueKeys,
+    memory: Memory,
+    run_all: RunAll,
+    background: Send | None,
+    now: int,
+) -> list[Entry]:
+    """The tick's LIST of tickets (`list_tickets`). A leader's first tick with `background`
+    (the coordinator Lambda, whose every run takes over from the one before) discovers beside
+    it, as `_discover` does beside a later tick: the folders, and whether the inbox has
+    objects (never an object: `inbox_and_partitions` lists a busy inbox after this LIST, in
+    the order coordinator.py requires), so its first read waits for no discovery of its own
+    (issue 22: the handover's p99)."""
+    if background is None or memory.discovered_ms is not None:
+        return list_tickets()
+    memory.discovered_ms = now  # `_discover` clears it if a LIST fails: found in line then
+    listed, _ = settled(run_all, [list_tickets, partial(_discover, storage, keys, memory)])
+    return listed  # type: ignore[no-any-return]
 
 
 def _discover(storage: Storage, keys: QueueKeys, memory: Memory) -> None:

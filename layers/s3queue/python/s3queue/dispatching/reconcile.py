@@ -13,9 +13,11 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
+from enum import Enum
 from functools import partial
 
 from s3queue.common.clock import Clock, ms
+from s3queue.common.concurrency import RunAll, settled
 from s3queue.common.events import Emitter
 from s3queue.contract.settings import CoordinatorSettings, QueueSettings
 from s3queue.dispatching.cursor import Cursors
@@ -23,7 +25,7 @@ from s3queue.errors import Conflict, MalformedMessage, StorageError
 from s3queue.protocol.keys import QueueKeys
 from s3queue.protocol.lease import LeaderLease
 from s3queue.protocol.tickets import Invocation, Ticket
-from s3queue.storage.base import Entry, Storage, new_token, written_ago
+from s3queue.storage.base import Entry, Object, Storage, new_token, written_ago
 
 log = logging.getLogger(__name__)
 
@@ -31,6 +33,12 @@ Invoker = Callable[[Invocation], None]
 """Starts a worker on a ticket (Lambda ``Event`` invoke, or a local pool)."""
 Send = Callable[[Callable[[], None]], object]
 """Runs an invoke elsewhere (invoke.py, `Background`) and returns at once."""
+
+
+class Unread(Enum):
+    """`Reconciler.learn`'s ticket not read yet (None: read, and gone)."""
+
+    UNREAD = 0
 
 
 @dataclass(slots=True)
@@ -138,15 +146,29 @@ class Reconciler:
         return sealed
 
     def reconcile(
-        self, listed: list[Entry], known: dict[str, Known], cursors: Cursors
+        self,
+        listed: list[Entry],
+        known: dict[str, Known],
+        cursors: Cursors,
+        run_all: RunAll | None = None,
     ) -> Reconciled:
         """Learn unknown tickets, drop fenced ones, forget finished ones, reap expired ones:
-        how many were reaped, and the tickets that finished (no longer listed)."""
+        how many were reaped, and the tickets that finished (no longer listed). With
+        `run_all`, the unknown tickets' GETs go out at once (a new leader's first tick learns
+        every live ticket of its predecessor: one GET's time, not one per ticket)."""
         doc = self.lease.doc
         assert doc is not None
         now, reaped = self.clock.now_ms(), 0
         seen: set[str] = set()
         self._listed = {entry.key for entry in listed}
+        unknown = [
+            entry.key
+            for entry in listed
+            if entry.key not in known
+            and (parsed := self.keys.parse_ticket(entry.key)) is not None
+            and doc.accepts(*parsed) is not False
+        ]
+        fetched = self._fetch(unknown, run_all)
         for entry in listed:
             parsed = self.keys.parse_ticket(entry.key)
             if parsed is None:
@@ -155,7 +177,9 @@ class Reconciler:
                 self._drop_fenced(entry)
                 continue
             seen.add(entry.key)
-            found = known.get(entry.key) or self.learn(known, entry, now)
+            found = known.get(entry.key) or self.learn(
+                known, entry, now, obj=fetched.get(entry.key, Unread.UNREAD)
+            )
             if found is not None:
                 reaped += self._check(known, entry, found, now)
         finished = {key: known.pop(key) for key in [k for k in known if k not in seen]}
@@ -172,11 +196,27 @@ class Reconciler:
             return
         self.emit("fenced", self.clock.now_ms(), ticket=entry.key)
 
+    def _fetch(self, keys: list[str], run_all: RunAll | None) -> dict[str, Object | None]:
+        """The tickets of `keys`, GET at once with `run_all` (none fetched with one or none:
+        `learn` GETs it itself). A failed GET fails the tick, as `learn`'s would."""
+        if run_all is None or len(keys) < 2:
+            return {}
+        objects = settled(run_all, [partial(self.storage.get, key) for key in keys])
+        return dict(zip(keys, objects, strict=True))
+
     def learn(
-        self, known: dict[str, Known], entry: Entry, now: int, *, invoked_ms: int | None = None
+        self,
+        known: dict[str, Known],
+        entry: Entry,
+        now: int,
+        *,
+        invoked_ms: int | None = None,
+        obj: Object | Unread | None = Unread.UNREAD,
     ) -> Known | None:
-        """GET a listed ticket into `known`; None if it is gone or unreadable."""
-        obj = self.storage.get(entry.key)
+        """GET a listed ticket into `known` (or take `obj`, its GET's answer); None if it is
+        gone or unreadable."""
+        if isinstance(obj, Unread):
+            obj = self.storage.get(entry.key)
         if obj is None:
             return None
         try:
