@@ -138,7 +138,8 @@ def test_an_object_created_event_ticks_its_queue_without_a_probe(
 ) -> None:
     """Low-latency mode: the event says the queue has work, so the run leads and dispatches
     at once (no probe LIST first); the other queue is probed as on a schedule."""
-    key = Queue("send_email", storage=S3Storage(aws, BUCKET)).enqueue({"to": "a@example.com"})
+    queue = Queue("send_email", storage=S3Storage(aws, BUCKET), clock=clock)
+    key = queue.enqueue({"to": "a@example.com"})
     clock.advance(1)
     event = {
         **scheduled_event(),
@@ -168,8 +169,10 @@ def test_a_scheduled_run_dispatches_to_each_queue_worker_and_hands_over(
     # GIVEN messages on both queues
     storage = S3Storage(aws, BUCKET)
     emails, reports = (
-        Queue("send_email", storage=storage),
-        Queue("generate_report", storage=storage),
+        # on the run's clock: a producer on the system's, slowed by a loaded machine, keyed
+        # messages past the fake clock's now, and they went out in a second ticket
+        Queue("send_email", storage=storage, clock=clock),
+        Queue("generate_report", storage=storage, clock=clock),
     )
     for name in ("Ada", "Grace", "Linus"):
         emails.enqueue({"to": f"{name.lower()}@example.com", "template": "welcome", "name": name})
@@ -234,7 +237,7 @@ def test_a_run_started_while_another_leads_is_harmless(
 ) -> None:
     # GIVEN a run in progress that leads send_email (EventBridge delivered the schedule twice)
     storage = S3Storage(aws, BUCKET)
-    Queue("send_email", storage=storage).enqueue({"to": "a@example.com"})
+    Queue("send_email", storage=storage, clock=clock).enqueue({"to": "a@example.com"})
     clock.advance(1)
     first: list[dict[str, Any]] = []
     leader = Coordinator(storage, "send_email", invoker=first.append, clock=clock, owner="first")
