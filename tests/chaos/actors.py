@@ -138,6 +138,8 @@ class World:
     shards: tuple[int, ...] = (1,)
     chain: bool = False
     """Park successors and chain them (`Config.chain`)."""
+    sends: bool = False
+    """Coordinators send from threads of their own (`Config.sends`)."""
     seed: int = 0
     """The run's seed: the apply-behind model draws from a generator of its own (behind.py)."""
     """The producer's ``shards``, one per process life in turn: a crash changes the layout."""
@@ -171,6 +173,13 @@ def coordinator_schedule(world: World, role: Role) -> Callable[[Actor], None]:
         for run in range(1, 1_000_000):
             owner = f"{role.name}.{run}"
             storage, clock = world.process(actor, role, owner)
+            sent: list[Callable[[], None]] = []
+
+            def flush(sent: list[Callable[[], None]] = sent, owner: str = owner) -> None:
+                if sent:  # what this run sent to its threads runs now
+                    world.history.record("sent_run", owner, jobs=len(sent))
+                    _run_sent(actor, sent)
+
             coordinator = Coordinator(
                 storage,
                 QUEUE,
@@ -180,8 +189,9 @@ def coordinator_schedule(world: World, role: Role) -> Callable[[Actor], None]:
                 clock=clock,
                 owner=owner,
                 listener=world.history.listener(owner),
-                run_all=_shuffled(actor),
+                run_all=_shuffled(actor, flush),
                 chain=world.chain,
+                send=sent.append if world.sends else None,
             )
             run_ends = Deadline(clock, round(world.run_s * 1000))
             schedules = world.schedules(owner, clock) if world.schedules else None
@@ -193,8 +203,9 @@ def coordinator_schedule(world: World, role: Role) -> Callable[[Actor], None]:
                     settings=world.serving,
                     schedules=schedules,
                 )
+                flush()  # the run drains its threads before it returns
             except Crash:
-                pass
+                pass  # what it had sent and not run is lost with the process
             except S3QueueError as exc:  # the Lambda run fails; the next scheduled one goes on
                 world.history.record("coordinator_error", owner, error=_describe(exc))
             actor.sleep(world.restart_s)
@@ -206,17 +217,29 @@ PULL_IDLE_S = 0.5
 """How long a pulling worker waits after a poll that found nothing."""
 
 
-def _shuffled(actor: Actor) -> RunAll:
+def _shuffled(actor: Actor, before: Callable[[], None] | None = None) -> RunAll:
     """Jobs one by one in a random order, as threads may finish them: a block's later seq can
-    be in S3 while an earlier one is not yet (or never)."""
+    be in S3 while an earlier one is not yet (or never). `before` runs first: what the
+    coordinator sent to its own threads since lands somewhere inside a later tick."""
 
     def run_all(jobs: list[Callable[[], Any]]) -> list[Any]:
+        if before is not None:
+            before()
         results: dict[int, Any] = {}
         for i in actor.rng.sample(range(len(jobs)), len(jobs)):
             results[i] = jobs[i]()
         return [results[i] for i in range(len(jobs))]
 
     return run_all
+
+
+def _run_sent(actor: Actor, sent: list[Callable[[], None]]) -> None:
+    """Run what was sent to the coordinator's threads, in a random order (each job reports
+    its own errors, as `Background`'s do)."""
+    jobs = sent[:]
+    sent.clear()
+    for i in actor.rng.sample(range(len(jobs)), len(jobs)):
+        jobs[i]()
 
 
 def worker_process(world: World, role: Role, *, pull: bool = False) -> Callable[[Actor], None]:

@@ -162,6 +162,10 @@ class Config:
     chain: bool = False
     """Coordinators park tickets behind live ones once every slot is taken, and workers take
     them next (the Lambda functions' way: tickets.py `after`, working/start.py)."""
+    sends: bool = False
+    """Coordinators send their invokes, discoveries and pointer deletes from threads of their
+    own, as the coordinator Lambda does (`send`): here run later, in a random order, when the
+    run next asks its `RunAll` or at the run's end, and lost with the process in a crash."""
 
     def with_(self, **changes: Any) -> Config:
         return replace(self, **changes)

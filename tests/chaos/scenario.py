@@ -108,6 +108,7 @@ def _spawn(
         schedules=slots.schedules_for(history) if config.schedule else None,
         shards=config.shards,
         chain=config.chain,
+        sends=config.sends,
         seed=config.seed,
     )
     expected = workload.Expected()

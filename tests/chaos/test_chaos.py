@@ -156,6 +156,22 @@ FAMILIES: dict[str, dict[str, Any]] = {
         "invoke_duplicate": 0.05,
         "invoke_lose": 0.02,
     },
+    # The coordinator Lambda's way: invokes, folder discoveries and pointer deletes sent from
+    # threads of its own, which land inside later ticks or are lost in a crash; short runs,
+    # so that every few seconds a run takes over from the one before (its first tick learns
+    # the live tickets at once and discovers beside its LIST of tickets).
+    "lambda-sends": {
+        "sends": True,
+        "chain": True,
+        "run_s": 8.0,
+        "settings": replace(SETTINGS, max_in_flight_tickets=4),
+        "mix": SEAMS_MIX,
+        "faults": {"error_before": 0.01, "lost_response": 0.01, "latency": 0.05},
+        "worker_hazards": WORKER_CRASHES,
+        "coordinator_hazards": Hazards(crash_rate=0.005, freeze_rate=0.005, freeze_s=(5, 40)),
+        "invoke_duplicate": 0.05,
+        "invoke_lose": 0.02,
+    },
     # LIST pages of 4 keys, 100 messages in 2 s, 20 slots: ticks read several pages and the
     # cursors go dense (a frontier, and a trailing page of the margin beside it: cursor.py)
     # through stragglers, skewed producers, latency, S3 errors and crashes, grouped or not.
@@ -467,6 +483,17 @@ def test_pulling_workers_partitions_and_blocks_are_in_the_runs() -> None:
         for e in family_run("everything", seed).history.of("dispatch")
     ]
     assert max(sizes) > everything.config.settings.batch_size, sorted(set(sizes))
+
+
+def test_the_lambdas_background_sends_and_takeovers_are_in_the_runs() -> None:
+    """Guards the workload: in the `lambda-sends` family, jobs the coordinator sent to its
+    threads (invokes, discoveries, pointer deletes) ran inside later ticks, and runs took
+    over from each other (their first ticks learn the live tickets at once and discover
+    beside the LIST of tickets)."""
+    for seed in SEEDS:
+        history = family_run("lambda-sends", seed).history
+        assert sum(int(e["jobs"]) for e in history.of("sent_run")) > 50
+        assert len(history.of("takeover")) > 20 and history.of("seal")
 
 
 def test_pauses_and_priorities_are_in_the_runs() -> None:
