@@ -176,9 +176,11 @@ def coordinator_schedule(world: World, role: Role) -> Callable[[Actor], None]:
             sent: list[Callable[[], None]] = []
 
             def flush(sent: list[Callable[[], None]] = sent, owner: str = owner) -> None:
-                if sent:  # what this run sent to its threads runs now
+                if sent:  # what this run sent to its threads runs now, in a random order
                     world.history.record("sent_run", owner, jobs=len(sent))
-                    _run_sent(actor, sent)
+                    jobs = sent[:]
+                    sent.clear()
+                    _shuffled(actor)(jobs)  # each job reports its own errors, as Background's
 
             coordinator = Coordinator(
                 storage,
@@ -231,15 +233,6 @@ def _shuffled(actor: Actor, before: Callable[[], None] | None = None) -> RunAll:
         return [results[i] for i in range(len(jobs))]
 
     return run_all
-
-
-def _run_sent(actor: Actor, sent: list[Callable[[], None]]) -> None:
-    """Run what was sent to the coordinator's threads, in a random order (each job reports
-    its own errors, as `Background`'s do)."""
-    jobs = sent[:]
-    sent.clear()
-    for i in actor.rng.sample(range(len(jobs)), len(jobs)):
-        jobs[i]()
 
 
 def worker_process(world: World, role: Role, *, pull: bool = False) -> Callable[[Actor], None]:

@@ -13,7 +13,6 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from enum import Enum
 from functools import partial
 
 from s3queue.common.clock import Clock, ms
@@ -33,12 +32,6 @@ Invoker = Callable[[Invocation], None]
 """Starts a worker on a ticket (Lambda ``Event`` invoke, or a local pool)."""
 Send = Callable[[Callable[[], None]], object]
 """Runs an invoke elsewhere (invoke.py, `Background`) and returns at once."""
-
-
-class Unread(Enum):
-    """`Reconciler.learn`'s ticket not read yet (None: read, and gone)."""
-
-    UNREAD = 0
 
 
 @dataclass(slots=True)
@@ -161,14 +154,7 @@ class Reconciler:
         now, reaped = self.clock.now_ms(), 0
         seen: set[str] = set()
         self._listed = {entry.key for entry in listed}
-        unknown = [
-            entry.key
-            for entry in listed
-            if entry.key not in known
-            and (parsed := self.keys.parse_ticket(entry.key)) is not None
-            and doc.accepts(*parsed) is not False
-        ]
-        fetched = self._fetch(unknown, run_all)
+        accepted: list[Entry] = []
         for entry in listed:
             parsed = self.keys.parse_ticket(entry.key)
             if parsed is None:
@@ -176,10 +162,14 @@ class Reconciler:
             if doc.accepts(*parsed) is False:  # below its epoch's seal: no worker ever runs it
                 self._drop_fenced(entry)
                 continue
+            accepted.append(entry)
+        fetched = self._fetch([e.key for e in accepted if e.key not in known], run_all)
+        for entry in accepted:
             seen.add(entry.key)
-            found = known.get(entry.key) or self.learn(
-                known, entry, now, obj=fetched.get(entry.key, Unread.UNREAD)
-            )
+            if entry.key in fetched:
+                found = self._take(known, entry, fetched[entry.key], now)
+            else:
+                found = known.get(entry.key) or self.learn(known, entry, now)
             if found is not None:
                 reaped += self._check(known, entry, found, now)
         finished = {key: known.pop(key) for key in [k for k in known if k not in seen]}
@@ -205,18 +195,20 @@ class Reconciler:
         return dict(zip(keys, objects, strict=True))
 
     def learn(
+        self, known: dict[str, Known], entry: Entry, now: int, *, invoked_ms: int | None = None
+    ) -> Known | None:
+        """GET a listed ticket into `known`; None if it is gone or unreadable."""
+        return self._take(known, entry, self.storage.get(entry.key), now, invoked_ms)
+
+    def _take(
         self,
         known: dict[str, Known],
         entry: Entry,
+        obj: Object | None,
         now: int,
-        *,
         invoked_ms: int | None = None,
-        obj: Object | Unread | None = Unread.UNREAD,
     ) -> Known | None:
-        """GET a listed ticket into `known` (or take `obj`, its GET's answer); None if it is
-        gone or unreadable."""
-        if isinstance(obj, Unread):
-            obj = self.storage.get(entry.key)
+        """A listed ticket's GET answer (`obj`) into `known`; None if it is gone or unreadable."""
         if obj is None:
             return None
         try:
