@@ -11,10 +11,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from harness import Harness
+from harness import Harness, Recorder
 from s3queue.common.clock import FakeClock
 from s3queue.contract.settings import QueueSettings
-from s3queue.storage import MemoryStorage, Object, Page
+from s3queue.protocol.tickets import Ticket
+from s3queue.storage import MemoryStorage, Object, Page, new_token
 
 
 class Batches(MemoryStorage):
@@ -100,3 +101,43 @@ def test_a_lambda_leaders_first_tick_discovers_beside_its_list_of_tickets() -> N
     assert [(p, b) for kind, p, b in storage2.calls if kind == "LIST"][:1] == [
         (local.queue.keys.tickets, 0)
     ]
+
+
+def test_a_new_leader_invokes_a_ticket_left_committed_once_it_was_quiet_long_enough() -> None:
+    """A worker committed a ticket and died before its apply: the leader invokes it again once
+    it has been known `dispatch_timeout` without going. A new leader learns it as invoked at its
+    last write (S3's time), not at the takeover: leaders that each lead for less than
+    `dispatch_timeout` (short Lambda runs, found by the chaos suite) would never invoke it."""
+    h, _ = _harness()
+    h.queue.enqueue({"n": 1})
+    assert h.tick().dispatched == 1
+    [payload] = h.invocations
+    worker = h.new_worker("w1")
+    worker.process(payload, Recorder(), remaining_ms=lambda: 60_000)  # committed and applied
+    h.invocations.clear()
+    # GIVEN a ticket left committed (its applier gone), and the leader that knew it gone too
+    h.queue.enqueue({"n": 2})
+    h.clock.advance(1)
+    assert h.tick().dispatched == 1
+    [payload] = h.invocations
+    h.invocations.clear()
+    key = payload["ticket"]
+    obj = h.storage.get(key)
+    assert obj is not None
+    committed = Ticket.decode(obj.body)
+    committed.state, committed.owner = "committed", "w-dead"
+    token = new_token()
+    h.storage.put(key, committed.encode(token), token=token)
+    h.coordinator.release()
+    timeout = h.coordination.dispatch_timeout
+    # WHEN a new leader takes over a little less than dispatch_timeout after that write
+    h.clock.advance(timeout - 1)
+    successor = h.new_coordinator("c2")
+    successor.tick()
+    assert h.invocations == []  # the write may be an applier's, still at work
+    # THEN a leader that takes over after it invokes it at its first tick
+    successor.release()
+    h.clock.advance(2)
+    third = h.new_coordinator("c3")
+    third.tick()
+    assert [p["ticket"] for p in h.invocations] == [key]

@@ -86,7 +86,7 @@ def test_reconcile_returns_the_tickets_that_finished() -> None:
     # WHEN the leader reconciles the tickets it lists
     memory = coordinator.memory
     listed = coordinator._list_tickets()
-    reconciled = coordinator.reconciler.reconcile(listed, memory.known, memory.cursors)
+    reconciled = coordinator.reconciler.reconcile(listed, memory.known)
     # THEN the finished one is returned, and no longer known
     assert list(reconciled.finished) == [key]
     assert reconciled.reaped == 0

@@ -17,6 +17,7 @@ import functools
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Protocol
 
 from s3queue.common.clock import Clock
@@ -191,7 +192,7 @@ def coordinator_schedule(world: World, role: Role) -> Callable[[Actor], None]:
                 clock=clock,
                 owner=owner,
                 listener=world.history.listener(owner),
-                run_all=_shuffled(actor, flush),
+                run_all=_shuffled(actor, flush, partial(world.history.record, "overlap", owner)),
                 chain=world.chain,
                 send=sent.append if world.sends else None,
             )
@@ -219,20 +220,35 @@ PULL_IDLE_S = 0.5
 """How long a pulling worker waits after a poll that found nothing."""
 
 
-def _shuffled(actor: Actor, before: Callable[[], None] | None = None) -> RunAll:
+def _shuffled(
+    actor: Actor,
+    before: Callable[[], None] | None = None,
+    overlap: Callable[..., object] | None = None,
+) -> RunAll:
     """Jobs one by one in a random order, as threads may finish them: a block's later seq can
     be in S3 while an earlier one is not yet (or never). `before` runs first: what the
-    coordinator sent to its own threads since lands somewhere inside a later tick."""
+    coordinator sent to its own threads since lands somewhere inside a later tick. A steady
+    leader's LIST of tickets and its read (`beside`) go in either order: which went first is
+    told to `overlap` (recorded in the history, for the guard tests)."""
 
     def run_all(jobs: list[Callable[[], Any]]) -> list[Any]:
         if before is not None:
             before()
         results: dict[int, Any] = {}
-        for i in actor.rng.sample(range(len(jobs)), len(jobs)):
+        order = actor.rng.sample(range(len(jobs)), len(jobs))
+        if overlap is not None and _lists_tickets_beside(jobs):
+            overlap(first="tickets" if order[0] == 0 else "read")
+        for i in order:
             results[i] = jobs[i]()
         return [results[i] for i in range(len(jobs))]
 
     return run_all
+
+
+def _lists_tickets_beside(jobs: list[Callable[[], Any]]) -> bool:
+    """Are `jobs` a tick's LIST of tickets and its read, at once (coordinator.py)?"""
+    side = getattr(jobs[0], "args", (None,))[0] if len(jobs) == 2 else None
+    return getattr(side, "__name__", "") == "_list_tickets"
 
 
 def worker_process(world: World, role: Role, *, pull: bool = False) -> Callable[[Actor], None]:

@@ -161,15 +161,9 @@ def settled(run_all: RunAll, jobs: list[Callable[[], Any]]) -> list[Any]:
     first exception one raised is raised then (none is lost in a thread, none stops the
     others)."""
 
-    def attempt(job: Callable[[], Any]) -> Any:
-        try:
-            return job()
-        except Exception as exc:  # noqa: BLE001 - raised below, once all returned
-            return _Raised(exc)
-
-    results = run_all([partial(attempt, job) for job in jobs])
+    results = run_all([partial(_attempt, job) for job in jobs])
     for result in results:
-        if isinstance(result, _Raised):
+        if isinstance(result, Raised):
             raise result.error
     return results
 
@@ -178,18 +172,36 @@ def attempted(run_all: RunAll, jobs: list[Callable[[], Any]]) -> tuple[list[Any]
     """`settled`, but what the jobs that returned gave (in order) and the first exception one
     raised, for a caller that must undo what succeeded when one failed."""
 
-    def attempt(job: Callable[[], Any]) -> Any:
-        try:
-            return job()
-        except Exception as exc:  # noqa: BLE001 - returned below, once all returned
-            return _Raised(exc)
-
-    results = run_all([partial(attempt, job) for job in jobs])
-    errors = [r.error for r in results if isinstance(r, _Raised)]
-    return [r for r in results if not isinstance(r, _Raised)], errors[0] if errors else None
+    results = run_all([partial(_attempt, job) for job in jobs])
+    errors = [r.error for r in results if isinstance(r, Raised)]
+    return [r for r in results if not isinstance(r, Raised)], errors[0] if errors else None
 
 
-class _Raised:
+def beside(run_all: RunAll, side: Callable[[], Any], main: Callable[[], Any]) -> tuple[Any, Any]:
+    """`side` and `main` at once, with `run_all`'s threads (`side` on one of them, `main` in
+    the caller's thread, so that a `main` which runs jobs of its own on the same pool never
+    waits for a thread its caller holds); a `RunAll` without threads runs both in its own
+    order (the chaos simulation's: either may go first). Each one's result, or its exception
+    as a `Raised`, once both returned."""
+    submit: Submit | None = getattr(run_all, "submit", None)
+    if submit is None:
+        side_result, main_result = run_all([partial(_attempt, side), partial(_attempt, main)])
+        return side_result, main_result
+    pending = submit(partial(_attempt, side))
+    main_result = _attempt(main)
+    return pending.result(), main_result
+
+
+def _attempt(job: Callable[[], Any]) -> Any:
+    try:
+        return job()
+    except Exception as exc:  # noqa: BLE001 - handed back, for the caller to raise or undo
+        return Raised(exc)
+
+
+class Raised:
+    """A job's exception, as `beside` hands it back."""
+
     __slots__ = ("error",)
 
     def __init__(self, error: Exception) -> None:

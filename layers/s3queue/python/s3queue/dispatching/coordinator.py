@@ -18,10 +18,11 @@ order, the lease, and the way out: each folder's cursor moved on or back.
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
+from functools import partial
 
 from s3queue.common.clock import Clock, SystemClock, ms
-from s3queue.common.concurrency import RunAll, Threads
+from s3queue.common.concurrency import Raised, RunAll, Threads, beside
 from s3queue.common.events import Emitter, Listener
 from s3queue.contract.settings import CoordinatorSettings, QueueSettings
 from s3queue.dispatching import sizing
@@ -31,7 +32,8 @@ from s3queue.dispatching.folders import (
     discover_beside,
     frontiers,
     inbox_and_partitions,
-    read_round,
+    read_tick,
+    undo,
 )
 from s3queue.dispatching.gate import Gate
 from s3queue.dispatching.holds import HoldReport
@@ -39,48 +41,25 @@ from s3queue.dispatching.limits import Limits
 from s3queue.dispatching.planning import budgets_of, plan_round
 from s3queue.dispatching.probe import probe
 from s3queue.dispatching.publishing import Publisher
-from s3queue.dispatching.reconcile import Invoker, Known, Reconciler, Send
+from s3queue.dispatching.reconcile import Invoker, Known, Reconciled, Reconciler, Send
 from s3queue.dispatching.view import (
-    LiveRef,
     Memory,
     Part,
+    Sight,
+    TickResult,
     count_refs,
-    interleaved,
+    live_refs,
     oldest_ready,
     parking_spots,
     queued,
     running,
+    ticket_refs,
 )
 from s3queue.protocol.keys import QueueKeys, check_queue_name
 from s3queue.protocol.lease import LeaderLease
-from s3queue.protocol.tickets import Ticket
 from s3queue.storage.base import Entry, Storage, iter_keys
 
 __all__ = ["Coordinator", "Invoker", "Known", "RunAll", "TickResult"]
-
-
-@dataclass(frozen=True, slots=True)
-class TickResult:
-    """What one tick did and saw."""
-
-    leader: bool
-    dispatched: int = 0
-    live_tickets: int = 0
-    waiting: int = 0
-    """Ready messages it could not dispatch yet (backpressure or busy groups)."""
-    reaped: int = 0
-    in_flight: int = 0
-    """Messages in live tickets (a packed object counts all its messages)."""
-    oldest_ready_ms: int | None = None
-    """Visible time of the oldest ready message not in flight, if the tick scanned."""
-    paused: bool = False
-    """The queue is paused (gate.py): this tick dispatched nothing new and scanned nothing."""
-    held: dict[str, int] = field(default_factory=dict)
-    """Ready messages held back this tick, by the limit that held them (limits.py)."""
-
-    @property
-    def idle(self) -> bool:
-        return self.leader and not (self.dispatched or self.live_tickets or self.waiting)
 
 
 class Coordinator:
@@ -171,7 +150,9 @@ class Coordinator:
         return Memory(Cursors(self.keys, self.config), epoch=epoch, limits=limits)
 
     def tick(self) -> TickResult:
-        """Lead if possible, then reconcile tickets and dispatch what is ready."""
+        """Lead if possible, then reconcile tickets and dispatch what is ready: listing tickets
+        and messages one after the other, or at once once this leader has ticked cleanly
+        (module docstring)."""
         if not self.lease.ensure():
             self.memory = self._fresh()
             self.emit("not_leader", self.clock.now_ms(), owner=self.owner)
@@ -181,22 +162,95 @@ class Coordinator:
             self.pace.adopt(self.lease.inherited)
             adopt_frontiers(self.memory, self.lease.inherited_frontiers, self.clock.now_ms())
             self.emit("takeover", self.clock.now_ms(), epoch=self.lease.epoch, owner=self.owner)
-        reconciler, memory, started = self.reconciler, self.memory, self.clock.now_ms()
-        beside = (self.storage, self.keys, memory, self.run_all, reconciler.send, started)
-        listed = discover_beside(self._list_tickets, *beside)  # the discovery, on a first tick
+        memory = self.memory
+        overlap = memory.overlap and self._may_overlap()
+        memory.overlap = False  # until this tick ends cleanly
+        result = self._overlapped() if overlap else self._in_turn()
+        self.memory.overlap = result.leader
+        return result
+
+    def _may_overlap(self) -> bool:
+        """Whether this tick's reads may go beside its LIST of tickets (module docstring): a
+        slot is free (else the read is likely wasted: a saturated queue's tick lists its
+        tickets alone), the pace is known (it sizes the read), no seal is pending, and no live
+        ticket holds a FIFO group (its next message is read in the tick that sees it gone)."""
+        if running(self.memory.known) >= self.settings.max_in_flight_tickets:
+            return False
+        if self.pace.ms_per_message is None or self.lease.pending_seals():
+            return False
+        refs = live_refs(self.memory, self.keys).values()
+        return not any(r.parsed is not None and r.parsed.group for rs in refs for r in rs)
+
+    def _in_turn(self) -> TickResult:
+        """The LIST of tickets, then the reads: a leader's first tick, or after a failed one."""
+        memory, started = self.memory, self.clock.now_ms()
+        beside_ = (self.storage, self.keys, memory, self.run_all, self.reconciler.send, started)
+        listed = discover_beside(self._list_tickets, *beside_)  # the discovery, on a first tick
+        if self._deposed(listed):
+            return TickResult(leader=False)
+        reconciled, queued_ = self._reconcile(listed)
+        self._rewind(reconciled)
+        return self._dispatch(reconciled.reaped, queued_)
+
+    def _overlapped(self) -> TickResult:
+        """The LIST of tickets and the reads at once, the reads judged by the tickets known
+        before both (`Sight`). Used only if every ticket listed was known before: else read
+        again, after the LIST (`_in_turn`'s order). The finished tickets' rewinds wait until
+        this tick's reads are settled (they are for the next tick's)."""
+        now = self.clock.now_ms()
+        sight = Sight.of(live_refs(self.memory, self.keys), self.keys)
+        # As many as every slot could take: which tickets finished, the LIST will tell.
+        want = self.settings.max_in_flight_tickets * sizing.most(self.settings, self.pace)
+        read = partial(self._read, sight, now, want)
+        listed, parts = beside(self.run_all, self._list_tickets, read)
+        if isinstance(parts, Raised):
+            raise parts.error  # a failed read undid its parts (_read)
+        if isinstance(listed, Raised):
+            undo(parts)
+            raise listed.error
+        if self._deposed(listed):
+            undo(parts)
+            return TickResult(leader=False)
+        try:
+            reconciled, queued_ = self._reconcile(listed)
+        except BaseException:
+            undo(parts)
+            raise
+        if reconciled.unknown:
+            undo(parts)
+            self._rewind(reconciled)
+            return self._dispatch(reconciled.reaped, queued_)
+        try:
+            return self._dispatch(reconciled.reaped, queued_, (sight, parts, now))
+        finally:
+            self._rewind(reconciled)
+
+    def _deposed(self, listed: list[Entry]) -> bool:
+        """A later epoch's ticket, or a seal that failed: stand down (reconcile.py)."""
+        reconciler = self.reconciler
         if reconciler.outranked(listed) or (
             self.lease.pending_seals() and not reconciler.seal(listed)
         ):
             self.memory = self._fresh()
-            return TickResult(leader=False)
+            return True
+        return False
+
+    def _reconcile(self, listed: list[Entry]) -> tuple[Reconciled, int]:
+        """Judge the listed tickets (reconcile.py), the controls and the pace; and how many
+        live tickets wait for a worker (`queued`)."""
         known = self.memory.known
-        reconciled = reconciler.reconcile(listed, known, self.memory.cursors, self.run_all)
+        reconciled = self.reconciler.reconcile(listed, known, self.run_all)
         self.gate.observe(listed)
         now = self.clock.now_ms()
         for key, gone in reconciled.finished.items():
-            refs = self.memory.parsed.get(key) or self._refs(gone.ticket)
+            refs = self.memory.parsed.get(key) or ticket_refs(gone.ticket, self.keys)
             self.pace.finished(count_refs(refs), now - gone.started_ms)
-        return self._dispatch(reconciled.reaped, queued(listed, known, now))
+        return reconciled, queued(listed, known, now)
+
+    def _rewind(self, reconciled: Reconciled) -> None:
+        """The finished tickets' groups' next messages: read from there (`Cursors.finished`)."""
+        for gone in reconciled.finished.values():
+            self.memory.cursors.finished(r.key for r in gone.ticket.refs)
 
     def probe(self) -> bool:
         """Is there anything to do? About one LIST, no lease (probe.py)."""
@@ -218,64 +272,46 @@ class Coordinator:
     def _list_tickets(self) -> list[Entry]:
         return list(iter_keys(self.storage, self.keys.tickets))
 
-    def _dispatch(self, reaped: int, queued: int) -> TickResult:
-        """Read each partition's cursor (folders.py), share the capacity fairly and plan
-        (planning.py), publish: into free slots, or parked behind live tickets when every
-        slot is taken and this leader parks (`chain`)."""
-        memory, now = self.memory, self.clock.now_ms()
+    def _dispatch(
+        self, reaped: int, queued: int, read: tuple[Sight, list[Part], int] | None = None
+    ) -> TickResult:
+        """Read each partition's cursor (folders.py; `read`: done beside the LIST of tickets),
+        share the capacity fairly and plan (planning.py), publish: into free slots, or parked
+        behind live tickets when every slot is taken and this leader parks (`chain`)."""
+        memory = self.memory
         capacity = self.settings.max_in_flight_tickets - running(memory.known)
         spots = parking_spots(memory.known) if self.chain and capacity <= 0 else []
         capacity = max(capacity, 0) or len(spots)
-        if capacity <= 0:
-            return self._result(reaped)
-        if self.gate.paused:
-            return replace(self._result(reaped), paused=True)
-        tickets = self._ticket_refs()
-        live = [r for refs in tickets.values() for r in refs]
-        in_flight = {r.key for r in live}
-        every = round(self.config.discover_interval * 1000)
-        inbox = inbox_and_partitions(
-            self.storage, self.keys, memory, self.run_all, now, every, self.reconciler.send
-        )
-        parts: list[Part] = []
-        want = capacity * sizing.most(self.settings, self.pace, queued)
+        if capacity <= 0 or self.gate.paused:
+            undo(read[1] if read is not None else [])
+            return replace(self._result(reaped), paused=capacity > 0)
+        if read is None:
+            now, sight = self.clock.now_ms(), Sight.of(live_refs(self.memory, self.keys), self.keys)
+            want = capacity * sizing.most(self.settings, self.pace, queued)
+            parts = self._read(sight, now, want)
+        else:
+            sight, parts, now = read
         try:
-            # Every folder (partition, lane, shard) at once: each is its own cursor's LIST.
-            read, failed = read_round(
-                self.storage,
-                memory,
-                self.run_all,
-                inbox,
-                per_tick=self.config.partitions_per_tick,
-                now=now,
-                want=want,
-                batch_size=self.settings.batch_size,
-                in_flight=in_flight,
-                live=live,
-            )
-            parts += read
-            if failed is not None:
-                raise failed
-            budgets = budgets_of(memory, now, live)
+            budgets = budgets_of(memory, now, sight.live)
             plan_round(
                 memory,
-                self.keys,
                 self.settings,
                 self.pace,
                 parts,
-                live_tickets=[] if spots else tickets.values(),
+                live_tickets=[] if spots else live_refs(self.memory, self.keys).values(),
                 now=now,
                 capacity=capacity,
-                in_flight=in_flight,
+                in_flight=sight.in_flight,
+                origins=sight.origins,
                 queued=queued,
                 budgets=budgets,
             )
-            dispatched = self._publish_parts(parts, now, spots)
+            slots = self.settings.max_in_flight_tickets
+            dispatched = self.publisher.publish_parts(
+                memory, parts, now, spots, chain=self.chain, slots=slots
+            )
         except BaseException:
-            # A partition read before the failure used up its rewind and wake-ups: the next
-            # tick must read its messages again, in their place in line (Cursor.restore).
-            for part in parts:
-                part.cursor.restore(part.saved)
+            undo(parts)
             raise
         for part in parts:
             part.cursor.delete_done(self.storage)
@@ -284,36 +320,21 @@ class Coordinator:
             reaped,
             dispatched,
             sum(part.plan.waiting for part in parts),
-            oldest_ready(candidates, in_flight, now),
+            oldest_ready(candidates, sight.in_flight, now),
         )
         if budgets is None:
             return result
         self.holds.update(budgets.held, now)
         return replace(result, held=budgets.held)
 
-    def _publish_parts(self, parts: list[Part], now: int, spots: list[str]) -> int:
-        """Publish the batches (a partition at a time in turn), each parked behind one of
-        `spots` if any (every slot is taken); move each partition's cursor on if all its
-        batches went out, else back to where it was before this tick."""
-        order = interleaved([part.plan.batches for part in parts])
-        batches = [batch for _, batch in order]
-        limits, permits = self.memory.limits, None
-        if limits is not None and limits.permit(0) is not None:
-            permits = [limits.permit(sum(c.count for c in b)) for b in batches]
-        afters: list[str | None] = [*spots[: len(batches)]] if spots else [None] * len(batches)
-        # Tickets that take every slot left: a parking leader marks them for a successor.
-        full = running(self.memory.known) + len(batches) >= self.settings.max_in_flight_tickets
-        chain = self.chain and full
-        published = self.publisher.publish_all(self.memory, batches, now, permits, afters, chain)
-        done: dict[int, list[int]] = {i: [] for i in range(len(parts))}
-        for (i, _), count in zip(order, published, strict=True):
-            done[i].append(count)
-        for i, part in enumerate(parts):
-            if all(done[i]):
-                part.cursor.advance(part.plan, part.stopped, now)
-            else:  # a batch did not go out: read its messages again, in their place in line
-                part.cursor.restore(part.saved)
-        return sum(sum(published) for published in done.values())
+    def _read(self, sight: Sight, now: int, want: int) -> list[Part]:
+        every, send = round(self.config.discover_interval * 1000), self.reconciler.send
+        inbox = inbox_and_partitions(
+            self.storage, self.keys, self.memory, self.run_all, now, every, send
+        )
+        per_tick, batch_size = self.config.partitions_per_tick, self.settings.batch_size
+        reading = (self.storage, self.memory, self.run_all, inbox, per_tick, batch_size)
+        return read_tick(*reading, sight=sight, now=now, want=want)
 
     def _result(
         self, reaped: int, dispatched: int = 0, waiting: int = 0, oldest: int | None = None
@@ -324,24 +345,6 @@ class Coordinator:
             live_tickets=len(self.memory.known),
             waiting=waiting,
             reaped=reaped,
-            in_flight=sum(count_refs(refs) for refs in self._ticket_refs().values()),
+            in_flight=sum(count_refs(refs) for refs in live_refs(self.memory, self.keys).values()),
             oldest_ready_ms=oldest,
         )
-
-    def _ticket_refs(self) -> dict[str, list[LiveRef]]:
-        """Each live ticket's refs, parsed: each ticket once, not at every tick."""
-        memory = self.memory
-        parsed = memory.parsed
-        for key in parsed.keys() - memory.known.keys():
-            del parsed[key]
-        for key, known in memory.known.items():
-            if key not in parsed:
-                parsed[key] = self._refs(known.ticket)
-        return parsed
-
-    def _refs(self, ticket: Ticket) -> list[LiveRef]:
-        return [
-            LiveRef(r.key, keys.partition, keys.parse_msg(r.key))
-            for r in ticket.refs
-            for keys in (self.keys.owning(r.key),)
-        ]

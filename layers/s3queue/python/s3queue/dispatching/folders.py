@@ -15,7 +15,15 @@ from s3queue.common.concurrency import RunAll, attempted, settled
 from s3queue.dispatching import scan
 from s3queue.dispatching.cursor import Trailing
 from s3queue.dispatching.reconcile import Send
-from s3queue.dispatching.view import LiveRef, Memory, Part, busy_groups, by_priority, dispatchable
+from s3queue.dispatching.view import (
+    LiveRef,
+    Memory,
+    Part,
+    Sight,
+    busy_groups,
+    by_priority,
+    dispatchable,
+)
 from s3queue.protocol.keys import QueueKeys, is_folder_name
 from s3queue.storage.base import Entry, Storage
 
@@ -28,7 +36,9 @@ __all__ = [
     "list_inbox",
     "read_folder",
     "read_round",
+    "read_tick",
     "this_round",
+    "undo",
 ]
 
 Inbox = dict[str | None, list[scan.Candidate]]
@@ -189,6 +199,45 @@ def read_round(
     except Exception as exc:  # noqa: BLE001 - the caller undoes every part read
         return parts, exc
     return parts, None
+
+
+def read_tick(
+    storage: Storage,
+    memory: Memory,
+    run_all: RunAll,
+    inbox: Inbox,
+    per_tick: int,
+    batch_size: int,
+    *,
+    sight: Sight,
+    now: int,
+    want: int,
+) -> list[Part]:
+    """`read_round`, judged by `sight` (which messages are in flight, which groups busy); a
+    failure undoes every part read (`undo`) and is raised."""
+    parts, failed = read_round(
+        storage,
+        memory,
+        run_all,
+        inbox,
+        per_tick=per_tick,
+        now=now,
+        want=want,
+        batch_size=batch_size,
+        in_flight=sight.in_flight,
+        live=sight.live,
+    )
+    if failed is not None:
+        undo(parts)
+        raise failed
+    return parts
+
+
+def undo(parts: list[Part]) -> None:
+    """Reads not used: the next tick reads their messages again, in their place in line (a
+    partition read used up its rewind and wake-ups: `Cursor.restore`)."""
+    for part in parts:
+        part.cursor.restore(part.saved)
 
 
 def _trailing(

@@ -17,7 +17,7 @@ from s3queue.dispatching import scan, sizing
 from s3queue.dispatching.limits import Budgets
 from s3queue.dispatching.shares import folder_shares
 from s3queue.dispatching.view import LiveRef, Memory, Part, count_refs, dispatchable
-from s3queue.protocol.keys import QueueKeys, split_lane
+from s3queue.protocol.keys import split_lane
 
 __all__ = ["budgets_of", "plan_round"]
 
@@ -38,7 +38,6 @@ def budgets_of(memory: Memory, now: int, live: list[LiveRef]) -> Budgets | None:
 
 def plan_round(
     memory: Memory,
-    keys: QueueKeys,
     settings: QueueSettings,
     pace: sizing.Pace,
     parts: list[Part],
@@ -47,6 +46,7 @@ def plan_round(
     now: int,
     capacity: int,
     in_flight: set[str],
+    origins: set[str],
     queued: int,
     budgets: Budgets | None,
 ) -> None:
@@ -54,8 +54,8 @@ def plan_round(
     ready work gets a ticket in turn before any gets a second (round-robin). Under a
     backlog the first tickets grow (sizing.py). A limited queue's partitions each plan
     within what their limits leave (limits.py), the highest priority first. `live_tickets`:
-    each live ticket's refs."""
-    origins = {keys.ticket_origin(key) for key in memory.known}
+    each live ticket's refs; `in_flight` and `origins`: the messages and copies' origins (live
+    tickets' names) not to dispatch (`Sight`)."""
     batch_size = settings.batch_size
     each = [dispatchable(p.candidates, in_flight, p.blocked, batch_size) for p in parts]
     ready = sum(each)

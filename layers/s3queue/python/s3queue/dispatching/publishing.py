@@ -18,7 +18,7 @@ from s3queue.common.events import Emitter
 from s3queue.contract.settings import CoordinatorSettings
 from s3queue.dispatching import scan
 from s3queue.dispatching.reconcile import Known, Reconciler
-from s3queue.dispatching.view import Memory
+from s3queue.dispatching.view import Memory, Part, interleaved, running
 from s3queue.errors import Conflict, Consumed, StorageError
 from s3queue.protocol.keys import QueueKeys
 from s3queue.protocol.lease import LeaderLease
@@ -97,6 +97,39 @@ class Publisher:
             for i, (batch, permit, after) in enumerate(zip(batches, given, behind, strict=True))
         ]
         return settled(self.run_all, jobs)
+
+    def publish_parts(
+        self,
+        memory: Memory,
+        parts: list[Part],
+        now: int,
+        spots: list[str],
+        *,
+        chain: bool,
+        slots: int,
+    ) -> int:
+        """Publish the parts' batches (a partition at a time in turn), each parked behind one
+        of `spots` if any (every one of the `slots` is taken); move each partition's cursor on
+        if all its batches went out, else back to where it was before this tick. `chain`: this
+        leader parks tickets (coordinator.py)."""
+        order = interleaved([part.plan.batches for part in parts])
+        batches = [batch for _, batch in order]
+        limits, permits = memory.limits, None
+        if limits is not None and limits.permit(0) is not None:
+            permits = [limits.permit(sum(c.count for c in b)) for b in batches]
+        afters: list[str | None] = [*spots[: len(batches)]] if spots else [None] * len(batches)
+        # Tickets that take every slot left: a parking leader marks them for a successor.
+        full = chain and running(memory.known) + len(batches) >= slots
+        published = self.publish_all(memory, batches, now, permits, afters, full)
+        done: dict[int, list[int]] = {i: [] for i in range(len(parts))}
+        for (i, _), count in zip(order, published, strict=True):
+            done[i].append(count)
+        for i, part in enumerate(parts):
+            if all(done[i]):
+                part.cursor.advance(part.plan, part.stopped, now)
+            else:  # a batch did not go out: read its messages again, in their place in line
+                part.cursor.restore(part.saved)
+        return sum(sum(published) for published in done.values())
 
     def _publish(
         self,

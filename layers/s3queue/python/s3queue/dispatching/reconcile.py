@@ -5,7 +5,7 @@ next" but "what became of what went out". A ticket of a later epoch makes the le
 down; a taken-over epoch's highest ticket is sealed. Each listed ticket is learnt (one GET,
 the first time or after it changed and went quiet), dropped if fenced below its epoch's seal,
 re-invoked if nobody picked it up, or reaped if its claim expired; a known ticket no longer
-listed is forgotten, and its groups' next messages are rewound to (`Cursor.finished`).
+listed is forgotten (its groups' next messages are the caller's to rewind to).
 """
 
 from __future__ import annotations
@@ -19,7 +19,6 @@ from s3queue.common.clock import Clock, ms
 from s3queue.common.concurrency import RunAll, settled
 from s3queue.common.events import Emitter
 from s3queue.contract.settings import CoordinatorSettings, QueueSettings
-from s3queue.dispatching.cursor import Cursors
 from s3queue.errors import Conflict, MalformedMessage, StorageError
 from s3queue.protocol.keys import QueueKeys
 from s3queue.protocol.lease import LeaderLease
@@ -67,7 +66,11 @@ class Reconciled:
     reaped: int
     """Expired claims put back as a new generation."""
     finished: dict[str, Known]
-    """Tickets known until now and no longer listed: applied (or deleted), by key."""
+    """Tickets known until now and no longer listed: applied (or deleted), by key. Their
+    groups' next messages are for the caller to rewind to (`Cursors.finished`), once no
+    read of this tick's is under way (coordinator.py)."""
+    unknown: int = 0
+    """Listed tickets (not fenced) this leader did not know before: learnt now."""
 
 
 class Reconciler:
@@ -139,11 +142,7 @@ class Reconciler:
         return sealed
 
     def reconcile(
-        self,
-        listed: list[Entry],
-        known: dict[str, Known],
-        cursors: Cursors,
-        run_all: RunAll | None = None,
+        self, listed: list[Entry], known: dict[str, Known], run_all: RunAll | None = None
     ) -> Reconciled:
         """Learn unknown tickets, drop fenced ones, forget finished ones, reap expired ones:
         how many were reaped, and the tickets that finished (no longer listed). With
@@ -153,6 +152,7 @@ class Reconciler:
         assert doc is not None
         now, reaped = self.clock.now_ms(), 0
         seen: set[str] = set()
+        known_before = set(known)
         self._listed = {entry.key for entry in listed}
         accepted: list[Entry] = []
         for entry in listed:
@@ -173,10 +173,9 @@ class Reconciler:
             if found is not None:
                 reaped += self._check(known, entry, found, now)
         finished = {key: known.pop(key) for key in [k for k in known if k not in seen]}
-        for gone in finished.values():
-            cursors.finished(r.key for r in gone.ticket.refs)
         self._drop_pointers(known, finished)
-        return Reconciled(reaped, finished)
+        unknown = sum(1 for entry in accepted if entry.key not in known_before)
+        return Reconciled(reaped, finished, unknown)
 
     def _drop_fenced(self, entry: Entry) -> None:
         # No worker ever accepts it (LeaseDoc.accepts is stable while the ticket exists).
@@ -216,7 +215,12 @@ class Reconciler:
         except MalformedMessage:
             self.emit("corrupt_ticket", now, ticket=entry.key)
             return None
-        invoked = now if invoked_ms is None else invoked_ms
+        invoked = invoked_ms
+        if invoked is None:
+            # Not invoked by us (a predecessor's, or ours of unknown fate): as if invoked at
+            # its last write, so that one left pending or committed by someone gone is invoked
+            # again `dispatch_timeout` after that, even by leaders that each lead for less.
+            invoked = now - max(0, written_ago(obj.last_modified_ms, obj.served_ms, now))
         found = Known(ticket, obj.etag, invoked, obj.last_modified_ms, obj.served_ms)
         known[entry.key] = found
         return found

@@ -15,8 +15,33 @@ from s3queue.dispatching import scan, sizing
 from s3queue.dispatching.cursor import Cursor, Cursors
 from s3queue.dispatching.limits import Limits
 from s3queue.dispatching.reconcile import Known
-from s3queue.protocol.keys import MsgKey, split_lane
+from s3queue.protocol.keys import MsgKey, QueueKeys, split_lane
+from s3queue.protocol.tickets import Ticket
 from s3queue.storage.base import Entry
+
+
+@dataclass(frozen=True, slots=True)
+class TickResult:
+    """What one tick did and saw."""
+
+    leader: bool
+    dispatched: int = 0
+    live_tickets: int = 0
+    waiting: int = 0
+    """Ready messages it could not dispatch yet (backpressure or busy groups)."""
+    reaped: int = 0
+    in_flight: int = 0
+    """Messages in live tickets (a packed object counts all its messages)."""
+    oldest_ready_ms: int | None = None
+    """Visible time of the oldest ready message not in flight, if the tick scanned."""
+    paused: bool = False
+    """The queue is paused (gate.py): this tick dispatched nothing new and scanned nothing."""
+    held: dict[str, int] = field(default_factory=dict)
+    """Ready messages held back this tick, by the limit that held them (limits.py)."""
+
+    @property
+    def idle(self) -> bool:
+        return self.leader and not (self.dispatched or self.live_tickets or self.waiting)
 
 
 @dataclass(slots=True)
@@ -43,6 +68,29 @@ class Memory:
     planned_ms: int | None = None
     """When the last tick planned: the ready messages over the time since say how fast work
     arrives (`sizing.sizes`)."""
+    overlap: bool = False
+    """The next tick may list tickets and messages at once: this leader's last tick ended
+    cleanly, after a LIST of tickets of its own (coordinator.py)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Sight:
+    """The live tickets a tick's read is judged by: known after its LIST of tickets, or, in a
+    tick that lists tickets and messages at once, known before both (coordinator.py)."""
+
+    tickets: dict[str, list[LiveRef]]
+    """Each live ticket's refs, by its key."""
+    live: list[LiveRef]
+    in_flight: set[str]
+    """Their messages' keys: not dispatched again."""
+    origins: set[str]
+    """Their names: copies made by them (their origin) are not dispatched while they live."""
+
+    @classmethod
+    def of(cls, tickets: dict[str, list[LiveRef]], keys: QueueKeys) -> Sight:
+        live = [r for refs in tickets.values() for r in refs]
+        origins = {keys.ticket_origin(key) for key in tickets}
+        return cls(dict(tickets), live, {r.key for r in live}, origins)
 
 
 @dataclass(slots=True)
@@ -194,3 +242,23 @@ class LiveRef:
     @property
     def count(self) -> int:
         return self.parsed.count if self.parsed is not None else 1
+
+
+def live_refs(memory: Memory, keys: QueueKeys) -> dict[str, list[LiveRef]]:
+    """Each live ticket's refs, parsed: each ticket once, not at every tick."""
+    parsed = memory.parsed
+    for key in parsed.keys() - memory.known.keys():
+        del parsed[key]
+    for key, known in memory.known.items():
+        if key not in parsed:
+            parsed[key] = ticket_refs(known.ticket, keys)
+    return parsed
+
+
+def ticket_refs(ticket: Ticket, keys: QueueKeys) -> list[LiveRef]:
+    """A ticket's refs, parsed."""
+    return [
+        LiveRef(r.key, owning.partition, owning.parse_msg(r.key))
+        for r in ticket.refs
+        for owning in (keys.owning(r.key),)
+    ]
