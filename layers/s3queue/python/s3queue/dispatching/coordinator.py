@@ -9,6 +9,10 @@ Race that fixes the order of the LISTs:
     leader                 LIST tickets ................. LIST msg/
 Tickets are listed first. A ticket missing from that LIST was deleted before it, after its
 outcomes were applied, so the later LIST of messages cannot show its finished messages as new.
+A steady leader sends both LISTs at once and judges its read by the tickets it knew before
+either went out (`Sight`): a ticket is live, then gone, never live again, so the previous
+tick's LIST plays the first LIST's part; a listed ticket it did not know sends it back to the
+order above (docs/protocol.md, "Both LISTs at once").
 Reading the folders is folders.py's; planning, planning.py's; publishing (and parking a
 ticket behind a live one when every slot is taken), publishing.py's; what the LIST of tickets
 says, reconcile.py's; whether there is work at all, probe.py's. This module keeps the tick's
@@ -150,9 +154,7 @@ class Coordinator:
         return Memory(Cursors(self.keys, self.config), epoch=epoch, limits=limits)
 
     def tick(self) -> TickResult:
-        """Lead if possible, then reconcile tickets and dispatch what is ready: listing tickets
-        and messages one after the other, or at once once this leader has ticked cleanly
-        (module docstring)."""
+        """Lead if possible, then reconcile tickets and dispatch what is ready."""
         if not self.lease.ensure():
             self.memory = self._fresh()
             self.emit("not_leader", self.clock.now_ms(), owner=self.owner)
@@ -162,18 +164,15 @@ class Coordinator:
             self.pace.adopt(self.lease.inherited)
             adopt_frontiers(self.memory, self.lease.inherited_frontiers, self.clock.now_ms())
             self.emit("takeover", self.clock.now_ms(), epoch=self.lease.epoch, owner=self.owner)
-        memory = self.memory
-        overlap = memory.overlap and self._may_overlap()
-        memory.overlap = False  # until this tick ends cleanly
-        result = self._overlapped() if overlap else self._in_turn()
+        overlap, self.memory.overlap = self.memory.overlap and self._may_overlap(), False
+        result = self._overlapped() if overlap else self._in_turn()  # overlap: if it ends well
         self.memory.overlap = result.leader
         return result
 
     def _may_overlap(self) -> bool:
-        """Whether this tick's reads may go beside its LIST of tickets (module docstring): a
-        slot is free (else the read is likely wasted: a saturated queue's tick lists its
-        tickets alone), the pace is known (it sizes the read), no seal is pending, and no live
-        ticket holds a FIFO group (its next message is read in the tick that sees it gone)."""
+        """May this tick read beside its LIST of tickets? If a slot is free (else the read is
+        likely wasted), the pace known (it sizes the read), no seal pending, no FIFO group live
+        (its next message goes out in the tick that sees its ticket gone)."""
         if running(self.memory.known) >= self.settings.max_in_flight_tickets:
             return False
         if self.pace.ms_per_message is None or self.lease.pending_seals():
