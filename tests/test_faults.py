@@ -202,7 +202,8 @@ def test_a_leader_frozen_inside_a_block_cannot_land_its_late_ticket() -> None:
     old.tick()
     lease = read_lease(h.storage, h.queue.keys.lease)
     assert lease is not None and (lease.seals, lease.holes) == ({1: 1}, {1: (0,)})
-    assert lease.blocks == {}  # epoch 1's block is sealed; epoch 2 published one ticket
+    # epoch 1's block is sealed; epoch 2's first block was reserved by its takeover
+    assert lease.blocks == {2: (0, 64)}
     tickets = [k.rsplit("/", 1)[1] for k in h.keys("tickets/")]
     assert tickets == ["0000000001-0000000000", "0000000001-0000000001", "0000000002-0000000000"]
     # THEN the late ticket is rejected, every message runs once, and the leader drops it

@@ -347,8 +347,8 @@ def test_retried_and_lost_responses_still_acknowledge_every_caller_once(
 N = 100
 BUDGETS = {
     # threads (each enqueueing N / threads messages one after another), batch size: requests
-    10: {"PUT": 42, "GET": 21, "LIST": 6, "DELETE": 20, "HEAD": 0},
-    50: {"PUT": 10, "GET": 5, "LIST": 6, "DELETE": 4, "HEAD": 0},
+    10: {"PUT": 41, "GET": 21, "LIST": 6, "DELETE": 20, "HEAD": 0},
+    50: {"PUT": 9, "GET": 5, "LIST": 6, "DELETE": 4, "HEAD": 0},
 }
 """100 messages drained with batch_size 10: a ticket holds one packed object of 10 or 50."""
 
@@ -387,5 +387,5 @@ def test_requests_per_message_with_group_commit_on_s3(
 
 
 def test_group_commit_budget_targets() -> None:
-    assert sum(BUDGETS[10].values()) / N <= 0.9  # 0.90 requests per message (single: 2.70)
-    assert sum(BUDGETS[50].values()) / N <= 0.3  # 0.26
+    assert sum(BUDGETS[10].values()) / N <= 0.9  # 0.88 requests per message (single: 2.69)
+    assert sum(BUDGETS[50].values()) / N <= 0.3  # 0.25

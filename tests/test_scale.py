@@ -47,9 +47,9 @@ def test_tick_cost_is_flat_in_the_backlog(backlog: int) -> None:
 
 def test_tick_cost_figures() -> None:
     costs = _tick_costs(1_000)
-    # first tick: lease GET + PUT, LIST tickets, LIST inbox, LIST parts/ (the partitions),
-    # LIST msg/, a lease PUT reserving a block of 64 seqs, 8 ticket PUTs
-    assert costs[0] == {"GET": 1, "PUT": 10, "LIST": 4}
+    # first tick: lease GET + PUT (which reserves the epoch's first block of 64 seqs), LIST
+    # tickets, LIST inbox, LIST parts/ (the partitions), LIST msg/, 8 ticket PUTs
+    assert costs[0] == {"GET": 1, "PUT": 9, "LIST": 4}
     # later dispatching ticks (within `discover_interval` of the first, and the block): LIST
     # tickets, LIST msg/ from the cursor, 8 PUTs; the inbox was empty: listed again only with
     # the partition folders (folders.py)

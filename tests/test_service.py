@@ -18,7 +18,7 @@ from s3queue.contract.names import queue_of_key
 from s3queue.contract.settings import QueueSettings
 from s3queue.dispatching.coordinator import Coordinator
 from s3queue.dispatching.gauges import Gauges
-from s3queue.dispatching.service import RELEASE_MARGIN_MS, ServeSettings, serve
+from s3queue.dispatching.service import RELEASE_MARGIN_MS, RELEASE_POLL_MS, ServeSettings, serve
 from s3queue.errors import BucketNotFound, EndpointUnreachable, StorageError, Throttled
 from s3queue.message import Message
 from s3queue.producing.producer import Queue
@@ -631,3 +631,45 @@ def test_the_queue_an_object_created_event_names() -> None:
     assert queue_of_key("team/q", "team/q/emails/msg/1700-abc") == "emails"
     for other in ("s3queue/emails/dlq/x", "s3queue/emails/tickets/1-2", "other/emails/msg/x", "x"):
         assert queue_of_key("s3queue", other) is None
+
+
+def test_a_follower_asks_often_once_the_planned_release_is_due() -> None:
+    """A release later than planned (the leader's last tick, its release PUT) is taken within
+    `RELEASE_POLL_MS`, not at the follower's next `busy_interval` (issue 22: the handover is
+    the worst of the p99)."""
+    # GIVEN a leader that plans to release 1.3 s from now and releases 110 ms after that
+    system = System("emails")
+    system.queues["emails"].enqueue("x")
+    leader = system.coordinators("leader")[0]
+    ends = system.clock.now_ms() + 1300
+    released = ends + 110
+    leader.lease.ends = lambda: ends
+    assert leader.tick().dispatched == 1
+
+    class Releasing:
+        def now_ms(self) -> int:
+            return system.clock.now_ms()
+
+        def sleep(self, seconds: float) -> None:
+            system.clock.advance(seconds)
+            if system.clock.now_ms() >= released and leader.lease.leading:
+                leader.release()
+
+    stop, took = threading.Event(), list[int]()
+
+    def on_tick(queue: str, result: Any) -> None:
+        if result.leader and not took:
+            took.append(system.clock.now_ms())
+            stop.set()
+
+    # WHEN a second run follows it
+    serve(
+        system.coordinators("second"),
+        remaining_ms=system.deadline(60),
+        clock=Releasing(),
+        settings=ServeSettings(follow_interval=1.0, busy_interval=0.1, linger=None),
+        stop=stop,
+        on_tick=on_tick,
+    )
+    # THEN it asked at the planned release + RELEASE_MARGIN_MS, then every RELEASE_POLL_MS
+    assert took and released <= took[0] <= released + RELEASE_POLL_MS

@@ -141,3 +141,27 @@ def test_a_new_leader_invokes_a_ticket_left_committed_once_it_was_quiet_long_eno
     third = h.new_coordinator("c3")
     third.tick()
     assert [p["ticket"] for p in h.invocations] == [key]
+
+
+def test_a_takeover_reserves_the_new_epochs_first_block_in_its_own_write() -> None:
+    """A new leader's first tick publishes its tickets at once without a second lease CAS to
+    reserve their seqs: the takeover's write reserved the first block (lease.py, "Blocks")."""
+    h, storage = _harness()
+    h.coordinator.release()
+    for n in range(6):
+        h.queue.enqueue({"n": n})
+    puts: list[str] = []
+    put = storage.put
+
+    def counted(key: str, *args: Any, **kwargs: Any) -> str:
+        puts.append(key)
+        return put(key, *args, **kwargs)
+
+    storage.put = counted  # type: ignore[method-assign]
+    successor = h.new_coordinator("c2")
+    assert successor.tick().dispatched == 6  # three tickets of two, at once
+    lease = h.queue.keys.lease
+    assert puts.count(lease) == 1  # the takeover; its block holds the three seqs
+    assert successor.lease.doc is not None
+    assert successor.lease.doc.blocks[successor.lease.epoch][0] == 0
+    assert len([k for k in puts if k.startswith(h.queue.keys.tickets)]) == 3

@@ -44,7 +44,7 @@ from s3queue.dispatching.holds import HoldReport
 from s3queue.dispatching.limits import Limits
 from s3queue.dispatching.planning import budgets_of, plan_round
 from s3queue.dispatching.probe import probe
-from s3queue.dispatching.publishing import Publisher
+from s3queue.dispatching.publishing import Publisher, block_size
 from s3queue.dispatching.reconcile import Invoker, Known, Reconciled, Reconciler, Send
 from s3queue.dispatching.view import (
     Memory,
@@ -107,6 +107,7 @@ class Coordinator:
             epochs=self._ticket_epochs,
             pace=self._pace_state,
             frontiers=lambda: frontiers(self.memory),
+            first_block=block_size(self.config),
         )
         self.reconciler = Reconciler(
             storage,
@@ -140,9 +141,8 @@ class Coordinator:
 
     @property
     def run_all(self) -> RunAll:
-        """How the tick's LISTs and a block of publications run: threads (at most
-        `publish_concurrency`) by default; tests set one that runs them one by one, in a chosen
-        order (concurrency.py)."""
+        """How the tick's LISTs and a block of publications run: threads (`publish_concurrency`)
+        by default; tests set one that runs them one by one, in a chosen order."""
         return self.publisher.run_all
 
     @run_all.setter
@@ -150,8 +150,9 @@ class Coordinator:
         self.publisher.run_all = run_all
 
     def _fresh(self, epoch: int = 0) -> Memory:
-        limits = Limits.of(self.settings)
-        return Memory(Cursors(self.keys, self.config), epoch=epoch, limits=limits)
+        doc, cursors = self.lease.doc, Cursors(self.keys, self.config)
+        reserved = doc.blocks.get(epoch, (0, 0))[1] if doc and epoch else 0  # by the takeover
+        return Memory(cursors, epoch=epoch, limits=Limits.of(self.settings), reserved=reserved)
 
     def tick(self) -> TickResult:
         """Lead if possible, then reconcile tickets and dispatch what is ready."""

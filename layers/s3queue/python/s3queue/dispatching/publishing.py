@@ -77,7 +77,7 @@ class Publisher:
         if not self.lease.ensure() or self.lease.epoch != memory.epoch:
             return [0] * len(batches)
         if end > memory.reserved:  # a block lasts several ticks: one lease PUT per block
-            block = max(len(batches), BLOCK_TICKETS_PER_THREAD * self.config.publish_concurrency)
+            block = max(len(batches), block_size(self.config))
             if not self.lease.reserve(start, start + block):
                 return [0] * len(batches)
             memory.reserved = start + block
@@ -232,6 +232,13 @@ class Publisher:
                 raise
         self.emit("settled", now, ticket=key, landed=head is not None)
         return head
+
+
+def block_size(config: CoordinatorSettings) -> int:
+    """Seqs a reserved block holds: `BLOCK_TICKETS_PER_THREAD` ticks' worth of concurrent
+    publications (0: one ticket at a time, none reserved). A takeover reserves the first."""
+    concurrency = config.publish_concurrency
+    return BLOCK_TICKETS_PER_THREAD * concurrency if concurrency >= 2 else 0
 
 
 def _never() -> bool:

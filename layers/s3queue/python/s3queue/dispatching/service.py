@@ -19,8 +19,8 @@ Cost and latency:
 - Another coordinator leading a queue (two runs started together) is no error: this run asks
   again every ``follow_interval`` and takes over when the leader releases or lapses. A run
   that will end (a Lambda's) writes when it plans to release in the lease, and a follower
-  asks again just after that time if it comes sooner: on Lambda every scheduled run takes
-  over from the one before, and a second of nothing dispatched at each handover was the worst
+  asks again just after that time if it comes sooner, then every few ms until it comes: on
+  Lambda every scheduled run takes over from the one before, and the handover is the worst
   of issue 22's p99.
 - A queue with a ``schedule`` has its due slot enqueued before each step (schedules.py), and
   the run wakes up for the next slot.
@@ -53,8 +53,9 @@ log = logging.getLogger(__name__)
 
 OnTick = Callable[[str, TickResult], None]
 Mode = Literal["probe", "tick"]
-RELEASE_MARGIN_MS = 100
-"""A follower asks this long after the leader's planned release: its release PUT's time."""
+RELEASE_MARGIN_MS, RELEASE_POLL_MS = 100, 25
+"""A follower asks this long after the leader's planned release (its release PUT's time), then
+this often until the release comes (a GET each)."""
 FATAL = (BucketNotFound, AccessDenied)
 """Storage errors no retry cures: they end the run (the Lambda's error alarm sees them)."""
 
@@ -156,13 +157,13 @@ class _Run:
 
     def _follow_ms(self, slot: _Slot, now: int) -> int:
         """How long a follower waits before asking for the lease again: `follow_interval`, or
-        until just after the leader's planned release (`LeaseDoc.ends_ms`) if that is sooner;
-        a release that does not come by then is waited for at `follow_interval` again."""
-        follow = ms(self.settings.follow_interval)
-        ends = slot.coordinator.lease.leader_ends_ms
+        until just after the leader's planned release (`LeaseDoc.ends_ms`) if that is sooner,
+        then `RELEASE_POLL_MS`; a release not come a `follow_interval` later: that again."""
+        follow, ends = ms(self.settings.follow_interval), slot.coordinator.lease.leader_ends_ms
         if not ends or ends + follow < now:
             return follow
-        return max(min(ends + RELEASE_MARGIN_MS - now, follow), ms(self.settings.busy_interval))
+        due = ends + RELEASE_MARGIN_MS - now
+        return min(due, follow) if due > 0 else RELEASE_POLL_MS
 
     def step_due(self) -> None:
         now = self.clock.now_ms()

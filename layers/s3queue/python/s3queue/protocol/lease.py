@@ -34,22 +34,12 @@ yet (it must never run: rejected), finished and deleted (gone: rejecting it chan
 or never to land (its PUT failed). A seen one is never a hole, so no live ticket is fenced.
 
 Doubts: a create that may still land. "Every PUT has returned" is not "no PUT will land": a
-request the client gave up on (a timeout, a 5xx after every retry, a lost answer) may still be
-applied by S3 later, a *zombie* request. A leader that re-dispatched such a ticket's messages
-while the ticket could still land would run them twice. So it never resends a ticket and never
-forgets one whose create failed; it first *doubts* it (a CAS adding the seq to
-``doubts[e]``, which workers reject like a hole), then looks (HEAD), then *settles* it (a CAS):
-found, the doubt goes and the ticket runs as any other; missing, the seq becomes a hole, so the
-ticket never runs wherever and whenever it lands, and its messages may go out again:
-
-    leader   PUT T(e, s) -x   CAS doubts[e] += s --- HEAD T: missing --- CAS holes[e] += s
-    zombie                                                                  ...... T lands
-    worker                                                       GET lease -> holes: reject
-
-A worker that read the lease before the doubt may have taken a T that had landed by then; the
-HEAD, after the doubt, sees it, and it stays valid. A leader deposed between its doubt and its
-settlement leaves the doubt to its successor, which settles it when sealing: a seq its LIST
-showed stays valid (its predecessor never sent its messages again), an unseen one is a hole.
+request the client gave up on may still be applied by S3 later (a *zombie*). So a leader never
+resends a ticket and never forgets one whose create failed: it *doubts* it (a CAS adding the seq
+to ``doubts[e]``, which workers reject like a hole), looks (HEAD), then *settles* it (a CAS):
+found, it runs as any other; missing, the seq becomes a hole and its messages may go out again.
+A leader deposed in between leaves the doubt to its successor, which settles it when sealing
+(docs/protocol.md, "Zombie requests", says why each step holds).
 """
 
 from __future__ import annotations
@@ -182,8 +172,10 @@ class LeaderLease:
         epochs: Callable[[], set[int]] = set,
         pace: Callable[[], tuple[float, ...]] = tuple,
         frontiers: Callable[[], dict[str, str]] = dict,
+        first_block: int = 0,
     ) -> None:
         self._storage = storage
+        self.first_block = first_block  # seqs [0, it) of an epoch: reserved by its takeover
         self._key = key
         self.owner = owner
         self._clock = clock
@@ -223,7 +215,8 @@ class LeaderLease:
     def _acquire(self, now: int) -> bool:
         obj = self._storage.get(self._key)
         if obj is None:
-            return self._write(LeaseDoc(self.owner, 1, now + self._ttl), create=True)
+            first = LeaseDoc(self.owner, 1, now + self._ttl, blocks=self._first_block(1))
+            return self._write(first, create=True)
         try:
             current = LeaseDoc.decode(obj.body)
         except MalformedMessage:
@@ -241,11 +234,14 @@ class LeaderLease:
             epoch=current.epoch + 1,
             lease_until_ms=now + self._ttl,
             seals=seals,
-            blocks=blocks,
+            blocks={**blocks, **self._first_block(current.epoch + 1)},
         )
         self._etag = obj.etag
         self.inherited, self.inherited_frontiers = current.pace, current.frontiers
         return self._write(taken)
+
+    def _first_block(self, epoch: int) -> dict[int, tuple[int, int]]:
+        return {epoch: (0, self.first_block)} if self.first_block else {}  # one CAS less
 
     def _write(
         self, doc: LeaseDoc, *, lease_until: int | None = None, create: bool = False
