@@ -71,7 +71,7 @@ def test_a_ticket_deleted_between_the_two_lists_is_still_in_flight() -> None:
 def test_a_ticket_the_leader_did_not_know_makes_it_read_again_after_the_list() -> None:
     # GIVEN a steady leader, and a ticket of its epoch it never knew, holding "stray" (a create
     # whose answer it lost, say), beside a message "free"
-    h, handler = _steady()
+    h, _ = _steady()
     coordinator, keys = h.coordinator, h.queue.keys
     h.queue.enqueue("stray")
     h.queue.enqueue("free")
