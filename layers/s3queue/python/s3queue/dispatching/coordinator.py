@@ -141,8 +141,7 @@ class Coordinator:
 
     @property
     def run_all(self) -> RunAll:
-        """How the tick's LISTs and a block of publications run: threads (`publish_concurrency`)
-        by default; tests set one that runs them one by one, in a chosen order."""
+        """How the tick's LISTs and a block of publications run (threads by default)."""
         return self.publisher.run_all
 
     @run_all.setter
@@ -167,7 +166,10 @@ class Coordinator:
             self.emit("takeover", self.clock.now_ms(), epoch=self.lease.epoch, owner=self.owner)
         overlap, self.memory.overlap = self.memory.overlap and self._may_overlap(), False
         result = self._overlapped() if overlap else self._in_turn()  # overlap: if it ends well
-        self.memory.overlap = result.leader
+        # and busy (a quiet queue's read beside the LIST takes the CPU of the invokes just sent)
+        full = result.live_tickets >= self.settings.max_in_flight_tickets
+        busy = full or result.dispatched >= self.settings.batch_size or result.waiting > 0
+        self.memory.overlap = result.leader and busy
         return result
 
     def _may_overlap(self) -> bool:
@@ -182,7 +184,7 @@ class Coordinator:
         return not any(r.parsed is not None and r.parsed.group for rs in refs for r in rs)
 
     def _in_turn(self) -> TickResult:
-        """The LIST of tickets, then the reads: a leader's first tick, or after a failed one."""
+        """The LIST of tickets, then the reads: a first tick, after a failed or quiet one."""
         memory, started = self.memory, self.clock.now_ms()
         beside_ = (self.storage, self.keys, memory, self.run_all, self.reconciler.send, started)
         listed = discover_beside(self._list_tickets, *beside_)  # the discovery, on a first tick
@@ -194,9 +196,8 @@ class Coordinator:
 
     def _overlapped(self) -> TickResult:
         """The LIST of tickets and the reads at once, the reads judged by the tickets known
-        before both (`Sight`). Used only if every ticket listed was known before: else read
-        again, after the LIST (`_in_turn`'s order). The finished tickets' rewinds wait until
-        this tick's reads are settled (they are for the next tick's)."""
+        before both (`Sight`); used only if every ticket listed was known before, else read
+        again after the LIST. Finished tickets' rewinds wait for the reads to settle."""
         now = self.clock.now_ms()
         sight = Sight.of(live_refs(self.memory, self.keys), self.keys)
         # As many as every slot could take: which tickets finished, the LIST will tell.
@@ -227,10 +228,8 @@ class Coordinator:
 
     def _deposed(self, listed: list[Entry]) -> bool:
         """A later epoch's ticket, or a seal that failed: stand down (reconcile.py)."""
-        reconciler = self.reconciler
-        if reconciler.outranked(listed) or (
-            self.lease.pending_seals() and not reconciler.seal(listed)
-        ):
+        judge = self.reconciler
+        if judge.outranked(listed) or (self.lease.pending_seals() and not judge.seal(listed)):
             self.memory = self._fresh()
             return True
         return False
