@@ -398,32 +398,9 @@ def test_a_follower_asks_again_just_after_the_leaders_planned_release() -> None:
     leader.lease.ends = lambda: ends
     assert leader.tick().dispatched == 1
     assert read_lease(system.memory, leader.keys.lease).ends_ms == ends  # type: ignore[union-attr]
-
-    class Releasing:
-        def now_ms(self) -> int:
-            return system.clock.now_ms()
-
-        def sleep(self, seconds: float) -> None:
-            system.clock.advance(seconds)
-            if system.clock.now_ms() >= ends and leader.lease.leading:
-                leader.release()
-
     # WHEN a second run follows it (one check a second, at most)
-    stop, took = threading.Event(), list[int]()
-
-    def on_tick(queue: str, result: Any) -> None:
-        if result.leader and not took:
-            took.append(system.clock.now_ms())
-            stop.set()
-
-    serve(
-        system.coordinators("second"),
-        remaining_ms=system.deadline(60),
-        clock=Releasing(),
-        settings=ServeSettings(follow_interval=1.0, linger=None),
-        stop=stop,
-        on_tick=on_tick,
-    )
+    settings = ServeSettings(follow_interval=1.0, linger=None)
+    took = _follower_takes_over(system, leader, ends, settings)
     # THEN it took over about RELEASE_MARGIN_MS after the release, not at the 2 s check
     assert took and ends <= took[0] <= ends + 2 * RELEASE_MARGIN_MS
     assert len(system.kinds("not_leader")) == 2  # at the start, and at the planned release
@@ -645,6 +622,18 @@ def test_a_follower_asks_often_once_the_planned_release_is_due() -> None:
     released = ends + 110
     leader.lease.ends = lambda: ends
     assert leader.tick().dispatched == 1
+    # WHEN a second run follows it
+    settings = ServeSettings(follow_interval=1.0, busy_interval=0.1, linger=None)
+    took = _follower_takes_over(system, leader, released, settings)
+    # THEN it asked at the planned release + RELEASE_MARGIN_MS, then every RELEASE_POLL_MS
+    assert took and released <= took[0] <= released + RELEASE_POLL_MS
+
+
+def _follower_takes_over(
+    system: System, leader: Coordinator, released: int, settings: ServeSettings
+) -> list[int]:
+    """Serve a second run on `system` while `leader` releases its lease once the clock reaches
+    `released`; when the second run first led (empty if it never did)."""
 
     class Releasing:
         def now_ms(self) -> int:
@@ -662,14 +651,12 @@ def test_a_follower_asks_often_once_the_planned_release_is_due() -> None:
             took.append(system.clock.now_ms())
             stop.set()
 
-    # WHEN a second run follows it
     serve(
         system.coordinators("second"),
         remaining_ms=system.deadline(60),
         clock=Releasing(),
-        settings=ServeSettings(follow_interval=1.0, busy_interval=0.1, linger=None),
+        settings=settings,
         stop=stop,
         on_tick=on_tick,
     )
-    # THEN it asked at the planned release + RELEASE_MARGIN_MS, then every RELEASE_POLL_MS
-    assert took and released <= took[0] <= released + RELEASE_POLL_MS
+    return took

@@ -152,7 +152,6 @@ class Reconciler:
         assert doc is not None
         now, reaped = self.clock.now_ms(), 0
         seen: set[str] = set()
-        known_before = set(known)
         self._listed = {entry.key for entry in listed}
         accepted: list[Entry] = []
         for entry in listed:
@@ -163,7 +162,8 @@ class Reconciler:
                 self._drop_fenced(entry)
                 continue
             accepted.append(entry)
-        fetched = self._fetch([e.key for e in accepted if e.key not in known], run_all)
+        unknown = [e.key for e in accepted if e.key not in known]
+        fetched = self._fetch(unknown, run_all)
         for entry in accepted:
             seen.add(entry.key)
             if entry.key in fetched:
@@ -174,8 +174,7 @@ class Reconciler:
                 reaped += self._check(known, entry, found, now)
         finished = {key: known.pop(key) for key in [k for k in known if k not in seen]}
         self._drop_pointers(known, finished)
-        unknown = sum(1 for entry in accepted if entry.key not in known_before)
-        return Reconciled(reaped, finished, unknown)
+        return Reconciled(reaped, finished, len(unknown))
 
     def _drop_fenced(self, entry: Entry) -> None:
         # No worker ever accepts it (LeaseDoc.accepts is stable while the ticket exists).

@@ -70,7 +70,7 @@ class Memory:
     arrives (`sizing.sizes`)."""
     overlap: bool = False
     """The next tick may list tickets and messages at once: this leader's last tick ended
-    cleanly, after a LIST of tickets of its own (coordinator.py)."""
+    cleanly, after a LIST of tickets of its own, and busy (coordinator.py)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,9 +78,8 @@ class Sight:
     """The live tickets a tick's read is judged by: known after its LIST of tickets, or, in a
     tick that lists tickets and messages at once, known before both (coordinator.py)."""
 
-    tickets: dict[str, list[LiveRef]]
-    """Each live ticket's refs, by its key."""
     live: list[LiveRef]
+    """Each live ticket's refs."""
     in_flight: set[str]
     """Their messages' keys: not dispatched again."""
     origins: set[str]
@@ -90,7 +89,7 @@ class Sight:
     def of(cls, tickets: dict[str, list[LiveRef]], keys: QueueKeys) -> Sight:
         live = [r for refs in tickets.values() for r in refs]
         origins = {keys.ticket_origin(key) for key in tickets}
-        return cls(dict(tickets), live, {r.key for r in live}, origins)
+        return cls(live, {r.key for r in live}, origins)
 
 
 @dataclass(slots=True)
