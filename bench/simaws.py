@@ -79,10 +79,11 @@ class LambdaModel:
     )
     warm_start: Latency = Latency(3, 20, source="a warm container takes the event, assumed")
     cold_start: Latency = Latency(
-        550,
-        1_200,
-        source="sandbox init ~300 ms (assumed) + import of the entry point 246-252 ms "
-        "(bench coldstart, docs/performance.md)",
+        460,
+        1_000,
+        source="sandbox init ~300 ms (assumed) + import of the worker entry point: 246-252 ms "
+        "with the X-Ray SDK (550 / 1,200 until session 17), 0.64 of that without it, the "
+        "default since (bench coldstart, side by side; docs/performance.md, Cold start)",
     )
     keep_warm_s: float = 600.0
     """An idle container is reclaimed after this long (assumed; AWS publishes no figure)."""

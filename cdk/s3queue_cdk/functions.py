@@ -10,7 +10,7 @@ from aws_cdk import aws_kms as kms
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
 from constructs import Construct
-from s3queue.contract import metric_names
+from s3queue.contract import metric_names, tracing
 from s3queue.errors import ConfigError
 
 from s3queue_cdk.acknowledgements import acknowledge
@@ -66,9 +66,11 @@ class QueueFunction(Construct):
     ) -> None:
         super().__init__(scope, construct_id)
         variables = {**environment, **POWERTOOLS_ENVIRONMENT}
-        if environment_size(variables) > ENVIRONMENT_MAX:
+        # counted with the variable `s3queue:traceCalls` may add (stack.py), set or not
+        size = environment_size({**variables, tracing.ENV_TRACE_CALLS: "1"})
+        if size > ENVIRONMENT_MAX:
             raise ConfigError(
-                f"{description}: its environment variables take {environment_size(variables)} "
+                f"{description}: its environment variables take {size} "
                 f"bytes, over Lambda's {ENVIRONMENT_MAX}: split the queues over two stacks"
             )
         self.log_group = logs.LogGroup(

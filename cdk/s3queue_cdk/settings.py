@@ -52,6 +52,9 @@ class DeploymentSettings:
     """Keep the bucket (and key) when the stack is deleted."""
     reserve_concurrency: bool = True
     """Reserve Lambda concurrency (needs account headroom: new accounts may have none)."""
+    trace_calls: bool = False
+    """X-Ray subsegments for each handler and S3 call (Powertools' Tracer, which imports the
+    X-Ray SDK at every cold start); Lambda's own segments are recorded either way."""
     powertools_layer_version: int = 27
     powertools_layer_arn: str = ""
     """A Powertools layer ARN to use instead of AWS's public one (partitions it is not in)."""

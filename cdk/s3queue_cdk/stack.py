@@ -7,8 +7,9 @@ from typing import Any
 
 from aws_cdk import Aws, CfnOutput, Duration, RemovalPolicy, Stack
 from aws_cdk import aws_iam as iam
+from aws_cdk import aws_lambda as lambda_
 from constructs import Construct
-from s3queue.contract import names
+from s3queue.contract import names, tracing
 from s3queue.contract.discovery import HandlerSpec, discover_handlers
 from s3queue.errors import ConfigError
 
@@ -96,6 +97,8 @@ class S3QueueStack(Stack):
                 for n in alarms.queue_alarm_names(self.settings.stack_name, q)
             ],
         )
+        if settings.trace_calls:
+            self._trace_calls()
         self._outputs()
 
     def grant_enqueue(self, grantee: iam.IGrantable, queue: str) -> None:
@@ -189,6 +192,12 @@ class S3QueueStack(Stack):
             # Its first run should find the workers it invokes.
             coordinator.node.add_dependency(group)
         return coordinator
+
+    def _trace_calls(self) -> None:
+        """Every function traces its handler and S3 calls with the X-Ray SDK (tracing.py)."""
+        for construct in self.node.find_all():
+            if isinstance(construct, lambda_.Function):
+                construct.add_environment(tracing.ENV_TRACE_CALLS, "1")
 
     def _outputs(self) -> None:
         storage, name = self.storage, self.settings.stack_name

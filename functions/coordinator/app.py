@@ -12,12 +12,12 @@ import functools
 from dataclasses import dataclass
 from typing import Any
 
-from aws_lambda_powertools import Logger, Tracer
+from aws_lambda_powertools import Logger
 from aws_lambda_powertools.metrics import EphemeralMetrics, MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 from s3queue.common.clock import Clock, SystemClock
 from s3queue.common.concurrency import Threads
-from s3queue.contract import metric_names
+from s3queue.contract import metric_names, tracing
 from s3queue.contract.environment import ENV_QUEUES, Environment
 from s3queue.contract.settings import CoordinatorSettings, QueueSettings
 from s3queue.dispatching.coordinator import Coordinator
@@ -32,7 +32,7 @@ from s3queue.storage.clients import make_client, make_lambda_client
 from s3queue.storage.s3 import S3Storage
 
 logger = Logger(service=metric_names.SERVICE)
-tracer = Tracer(service=metric_names.SERVICE)
+tracer = tracing.tracer(metric_names.SERVICE)  # the X-Ray SDK only if asked: tracing.py
 
 UNITS = {metric_names.OLDEST_MESSAGE_AGE: MetricUnit.Seconds}
 """Every other gauge is a Count."""

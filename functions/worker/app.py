@@ -16,12 +16,12 @@ import warnings
 from dataclasses import dataclass
 from typing import Any, cast
 
-from aws_lambda_powertools import Logger, Metrics, Tracer
+from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 from s3queue.common.events import Event
 from s3queue.common.tally import METRICS, Tally
-from s3queue.contract import metric_names
+from s3queue.contract import metric_names, tracing
 from s3queue.contract.environment import Environment
 from s3queue.errors import ConfigError, S3QueueError
 from s3queue.protocol.tickets import Invocation
@@ -36,7 +36,7 @@ warnings.filterwarnings("ignore", message="No application metrics to publish")
 
 logger = Logger(service=metric_names.SERVICE)
 metrics = Metrics(namespace=metric_names.NAMESPACE, service=metric_names.SERVICE)
-tracer = Tracer(service=metric_names.SERVICE)
+tracer = tracing.tracer(metric_names.SERVICE)  # the X-Ray SDK only if asked: tracing.py
 
 FAILED_STATUSES = frozenset({"lost"})
 """Tickets this invocation could not finish; the others were done or were not its to do."""

@@ -39,6 +39,7 @@ VARIANT_CONTEXT = {
     "s3queue:schedule": "rate(2 minutes)",
     "s3queue:dlqRetentionDays": "30",
     "s3queue:idempotencyRetentionDays": 3,
+    "s3queue:traceCalls": True,
 }
 
 

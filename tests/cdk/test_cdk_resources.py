@@ -19,6 +19,7 @@ from s3queue.contract.environment import (
     Environment,
 )
 from s3queue.contract.settings import QueueSettings
+from s3queue.contract.tracing import ENV_TRACE_CALLS
 from s3queue.protocol.keys import QueueKeys
 from s3queue_cdk.stack import FUNCTIONS_DIR
 from s3queue_cdk.workers import deployed_settings
@@ -178,6 +179,19 @@ def test_worker_environment_is_what_the_worker_reads(default: Synth) -> None:
         assert parsed.settings == deployed_settings(HANDLERS[queue].settings, True)
         # No more tickets in flight than the worker may run at once.
         assert parsed.settings.max_in_flight_tickets <= props["ReservedConcurrentExecutions"]
+
+
+def test_trace_calls_sets_every_function_to_load_the_xray_sdk(
+    default: Synth, variant: Synth
+) -> None:
+    """Off by default (the environments above have no such variable: the functions keep
+    Lambda's own segments and skip the SDK's import); `s3queue:traceCalls` sets it on all."""
+    functions = [variant.coordinator(), *variant.workers().values()]
+    assert len(functions) == 1 + len(HANDLERS)
+    for props in functions:
+        assert props["Environment"]["Variables"][ENV_TRACE_CALLS] == "1"
+        assert props["TracingConfig"] == {"Mode": "Active"}
+    assert ENV_TRACE_CALLS not in default.coordinator()["Environment"]["Variables"]
 
 
 def test_coordinator_environment_names_every_worker(default: Synth) -> None:
