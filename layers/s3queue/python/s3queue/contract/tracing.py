@@ -12,7 +12,7 @@ otherwise `tracer` gives `NoTracer`, whose decorators return the function they w
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, Protocol, TypeVar, cast
 
 ENV_TRACE_CALLS = "S3QUEUE_TRACE_CALLS"
@@ -44,7 +44,8 @@ class NoTracer:
         """Nothing records it."""
 
 
-def traces_calls(environ: os._Environ[str] | dict[str, str] | None = None) -> bool:
+def traces_calls(environ: Mapping[str, str] | None = None) -> bool:
+    """Whether ``S3QUEUE_TRACE_CALLS`` (in `environ`, else the process's) asks for the SDK."""
     value = (os.environ if environ is None else environ).get(ENV_TRACE_CALLS, "")
     return value.strip().lower() in {"1", "true", "yes", "on"}
 
