@@ -116,7 +116,7 @@ def _check_once(
             terminal[message_id] = terminal.get(message_id, 0) + (kind in tl.TERMINAL)
     first_run = {run.id: run.start.seq for run in reversed(t.runs)}
     for message_id, count in terminal.items():
-        if message_id in t.versions:
+        if message_id in t.reput_ids:
             continue  # one terminal outcome per version: `_check_versions`
         first = first_run.get(message_id)
         resent = first is not None and reruns.handled_before_acked(t, message_id, first)
@@ -137,16 +137,21 @@ def _check_versions(t: Timeline, expect: Expect, report: Report) -> None:
     which nothing overwrote, runs. (An earlier one may never run: overwritten before a worker
     read it, S3 no longer has it.)"""
     ran: dict[int, int] = {}
+    key_of: dict[int, str] = {}
     for e in t.execs:
-        if e["id"] in t.versions:
+        if e["id"] in t.reput_ids:
             ran[int(e["n"])] = ran.get(int(e["n"]), 0) + 1
+            key_of[int(e["n"])] = str(e["id"])
     failed = {int(n) for e in t.failed_enqueues for n in e.get("ns", [])}
-    for message_id, puts in t.versions.items():
+    # Every version that ran, its PUT acknowledged or not (one that raised may have landed).
+    for n, count in sorted(ran.items()):
+        message_id = key_of[n]
         expired = any(message_id in t.ticket_ids(ticket) for ticket in t.reaps)
-        for put in puts:
-            if ran.get(int(put["n"]), 0) > 1 and not expired:
-                why = f"version n={put['n']} ran {ran[int(put['n'])]} times with no expiry"
-                report.add("foreign_version", message_id, why)
+        if count > 1 and not expired:
+            report.add(
+                "foreign_version", message_id, f"version n={n} ran {count} times with no expiry"
+            )
+    for message_id, puts in t.versions.items():
         last = int(puts[-1]["n"])
         # A failed PUT of the key may have landed all the same, even after the last one (a
         # zombie request), overwriting it.

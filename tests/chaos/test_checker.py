@@ -581,3 +581,20 @@ def test_each_version_of_a_key_put_again_is_its_own_message() -> None:
     lost = _version_twice()
     lost.entries = [e for e in lost.entries if not (e.kind == "exec" and e.get("n") == 2)]
     assert "foreign_version" in check(lost.entries, final(), EXPECT).invariants()
+
+
+def test_versions_whose_puts_raised_are_messages_of_their_own() -> None:
+    """Seed 29 of the `everything` soak: both PUTs of a key raised (a crash after the first, a
+    zombie second) and both landed; each version ran once. Two versions, not one message
+    committed twice; a version that raised and ran twice is still flagged."""
+    s = good()
+    for n in (1, 2):
+        s.add("enqueue_failed", "producer", ns=[n], reput="x", error="it may still land")
+    for n, version in ((4, 1), (5, 2)):
+        s.add("dispatch", "c1", ticket=ticket(n), refs=[f"{ROOT}inbox/x"]).claim(n, "w1")
+        s.run("w1", "x", 1).add("exec", "w1", id="x", n=version).commit(n, "w1", ("x", "done"))
+    report = check(s.entries, final(), EXPECT)
+    assert report.ok, report.summary()
+    s.add("dispatch", "c1", ticket=ticket(6), refs=[f"{ROOT}inbox/x"]).claim(6, "w1")
+    s.run("w1", "x", 1).add("exec", "w1", id="x", n=2).commit(6, "w1", ("x", "done"))
+    assert "foreign_version" in check(s.entries, final(), EXPECT).invariants()

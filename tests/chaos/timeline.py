@@ -102,6 +102,10 @@ class Timeline:
     versions: dict[str, list[Entry]] = field(default_factory=dict)
     """Message id of a key another service PUT again -> its versions' put_foreign entries (each
     with its `n`): each version is its own message (`checker._check_versions`)."""
+    reput_ids: set[str] = field(default_factory=set)
+    """Message ids of keys another service PUT again, including a key whose every PUT raised
+    (a PUT that raised may have landed all the same: a crash after it, a zombie request), so a
+    version of its own ran with no put_foreign recorded for it."""
     purges: list[list[int]] = field(default_factory=list)
     """The operator's purges: [seq when it started, seq when it ended] (an open one: [start])."""
     redrives: dict[str, list[Entry]] = field(default_factory=dict)
@@ -247,6 +251,13 @@ def _foreign(t: Timeline, e: Entry) -> None:
     t.acked[e["id"]] = e
     if "n" in e.fields:  # a version of a key put again
         t.versions.setdefault(str(e["id"]), []).append(e)
+        t.reput_ids.add(str(e["id"]))
+
+
+def _enqueue_failed(t: Timeline, e: Entry) -> None:
+    t.failed_enqueues.append(e)
+    if "reput" in e.fields:  # a version that may have landed, a message of its own
+        t.reput_ids.add(str(e["reput"]))
 
 
 def _claim(t: Timeline, e: Entry) -> None:
@@ -345,7 +356,7 @@ _READERS: dict[str, Callable[[Timeline, Entry], None]] = {
     "redrive": lambda t, e: t.redrives.setdefault(str(e["id"]), []).append(e),
     "purge_started": lambda t, e: t.purges.append([e.seq]),
     "purge_done": lambda t, e: t.purges[-1].append(e.seq),
-    "enqueue_failed": lambda t, e: t.failed_enqueues.append(e),
+    "enqueue_failed": _enqueue_failed,
     "claim": _claim,
     "heartbeat": _heartbeat,
     "handler_start": _start,

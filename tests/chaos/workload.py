@@ -283,7 +283,9 @@ class Producer:
         try:
             self.queue.storage.put(self.queue.keys.root + name, json.dumps(body).encode())
         except (S3QueueError, Crash) as exc:  # it may have landed: a version of its own
-            self.history.record("enqueue_failed", "producer", ns=[n], error=str(exc))
+            self.history.record(
+                "enqueue_failed", "producer", ns=[n], reput=message_id, error=str(exc)
+            )
             if isinstance(exc, Crash):
                 raise
             return
