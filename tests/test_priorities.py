@@ -65,12 +65,12 @@ def test_an_urgent_message_waits_at_most_one_round_behind_tickets_already_out() 
     h = Harness(settings=QueueSettings(batch_size=10, max_in_flight_tickets=4))
     for i in range(LOW):
         h.queue.enqueue({"low": i})
-    assert h.tick().dispatched == 80  # every slot taken by the backlog (the first ladder)
+    assert h.tick().dispatched == 40  # every slot taken by the backlog
     h.queue.enqueue({"high": 0}, priority=5)
     handler = Recorder()
     h.drain(handler, rounds=1_000)
     high, _ = _starts(handler.seen)
-    assert high == [80]  # first of the next round
+    assert high == [40]  # first of the next round
 
 
 def test_priorities_compose_with_partitions() -> None:
@@ -132,8 +132,7 @@ def test_enqueue_writes_into_the_lane_and_checks_the_priority() -> None:
 
 
 def test_a_group_keeps_its_order_and_takes_no_priority() -> None:
-    # tickets of 3, never grown (no first ladder either): the 12 urgent ones fill the 4 slots
-    h = Harness(settings=QueueSettings(batch_size=3, max_batch_size=3, max_in_flight_tickets=4))
+    h = Harness(settings=QueueSettings(batch_size=3, max_in_flight_tickets=4))
     with pytest.raises(InvalidArgument, match="group"):
         h.queue.enqueue("x", group="g", priority=3)
     with pytest.raises(InvalidArgument, match="group"):

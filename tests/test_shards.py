@@ -208,7 +208,7 @@ def test_a_sharded_partition_gets_one_turn_like_an_unsharded_one() -> None:
     assert folder_shares(wanted, names, 4) == [1, 1, 0, 0, 2]
     assert folder_shares([5, 5], ["a~9~s1", "b"], 3) == [3, 0]  # priority first, as lanes
     assert folder_shares([2, 3], ["a", "b"], 4) == [2, 2]  # no shards: as prioritized_shares
-    h = Harness(settings=QueueSettings(batch_size=1, max_batch_size=1, max_in_flight_tickets=4))
+    h = Harness(settings=QueueSettings(batch_size=1, max_in_flight_tickets=4))
     sharded(h, 4)
     for i in range(20):
         h.queue.enqueue({"p": "acme", "i": i}, partition="acme")

@@ -12,7 +12,6 @@ from s3queue.contract.settings import QueueSettings
 from s3queue.dispatching.sizing import (
     GROWN_BYTES,
     GROWTH,
-    LADDER,
     QUEUED_MS,
     SLOT_SHARE,
     Pace,
@@ -40,29 +39,10 @@ def test_pace_is_unknown_until_a_ticket_finished_and_weighs_large_tickets_more()
     assert pace.ms_per_message < 10
 
 
-def test_no_backlog_means_batch_size_and_no_pace_yet_a_ladder() -> None:
+def test_no_backlog_or_no_pace_yet_means_batch_size() -> None:
     settings = QueueSettings()  # batch 10, 32 slots, 1,000 most, 2 s
     pace = Pace()
-    assert sizes(settings, pace, ready=300, free=32, live_grown=0) == Sizes(10, 10, 0)
-    first = sizes(settings, pace, ready=5000, free=32, live_grown=0)
-    assert first.ladder == (10, 20, 40, 80) + (LADDER * 10,) * 27  # 31 lanes; the 32nd: quick
-    assert [first.limit(i) for i in (0, 3, 30, 31)] == [
-        (10, GROWN_BYTES),
-        (80, GROWN_BYTES),
-        (160, GROWN_BYTES),
-        (10, None),
-    ]
-    assert sizes(settings, pace, ready=400, free=32, live_grown=0).ladder == (
-        10,
-        20,
-        40,
-        80,
-        160,
-        160,
-    )
-    assert sizes(settings, pace, ready=5000, free=32, live_grown=0, queued=1) == Sizes(10, 10, 0)
-    small_top = QueueSettings(max_batch_size=30)
-    assert sizes(small_top, pace, ready=500, free=5, live_grown=0).ladder == (10, 20, 30, 30, 30)
+    assert sizes(settings, pace, ready=5000, free=32, live_grown=0) == Sizes(10, 10, 0)
     pace.finished(10, 100)  # 10 ms a message: 2 s is 200 messages
     assert sizes(settings, pace, ready=300, free=32, live_grown=0) == Sizes(10, 10, 0)
     grown = sizes(settings, pace, ready=10_000, free=32, live_grown=0)
@@ -104,13 +84,13 @@ def test_a_backlog_grows_tickets_once_one_finished_and_each_message_runs_once() 
     h = Harness(settings=QueueSettings(max_in_flight_tickets=4))
     for i in range(400):
         h.queue.enqueue(i)
-    assert h.tick().dispatched == 80  # no pace yet: a ladder over 3 lanes, then the quick one
-    assert refs_per_ticket(h) == [10, 20, 40, 10]
+    assert h.tick().dispatched == 40  # no pace yet: 4 tickets of 10
+    assert refs_per_ticket(h) == [10, 10, 10, 10]
     handler = Recorder()
     h.work(handler)
     h.clock.advance(0.1)
     h.tick()
-    assert refs_per_ticket(h) == [107, 107, 106]  # the 320 left over 3 lanes, not the 4th
+    assert refs_per_ticket(h) == [120, 120, 120]  # the 360 left over 3 lanes, not the 4th
     h.drain(handler)
     assert Counter(handler.bodies()) == Counter(range(400))
 
@@ -140,9 +120,6 @@ def test_slow_handlers_keep_tickets_at_batch_size() -> None:
 
     for i in range(200):
         h.queue.enqueue(i)
-    h.tick()
-    assert refs_per_ticket(h) == [10, 20, 40, 10]  # no pace yet: the first tickets' ladder
-    h.work(slow)
     for _ in range(3):
         h.tick()
         assert set(refs_per_ticket(h)) == {10}
@@ -263,11 +240,11 @@ def test_a_new_leader_sizes_tickets_at_once_from_its_predecessors_pace() -> None
     successor = h.new_coordinator("c2")
     assert successor.tick().leader
     assert refs_per_ticket(h) and min(refs_per_ticket(h)[:-1]) > 10
-    fresh = Harness(settings=QueueSettings(max_in_flight_tickets=4))  # no predecessor: a ladder
+    fresh = Harness(settings=QueueSettings(max_in_flight_tickets=4))  # no predecessor: 10 each
     for i in range(400):
         fresh.queue.enqueue(i)
     fresh.tick()
-    assert refs_per_ticket(fresh) == [10, 20, 40, 10]
+    assert refs_per_ticket(fresh) == [10, 10, 10, 10]
     h.coordinator = successor
     h.drain(handler)
     assert Counter(handler.bodies()) == Counter(range(800))

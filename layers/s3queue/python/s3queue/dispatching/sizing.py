@@ -10,9 +10,9 @@ a grown ticket from doing harm:
 
 - **Time.** A grown ticket holds about `ticket_seconds` of work, at the pace recent tickets
   went from their creation to their apply (`Pace`: moving sums, so it includes the dispatch;
-  until a ticket has finished, only the first ladder grows them). Slow handlers keep tickets
-  small: a worker never approaches its Lambda timeout and releases the rest (one copy PUT
-  each), and a slot still turns over every few seconds. Never more than `max_batch_size`.
+  until a ticket has finished, tickets do not grow). Slow handlers keep tickets small: a
+  worker never approaches its Lambda timeout and releases the rest (one copy PUT each), and a
+  slot still turns over every few seconds. Never more than `max_batch_size`.
 - **Growth in one step, not by doubling.** A ticket's life is a fixed part (its PUT, the
   invoke, a Lambda start, the claim, the next tick seeing it gone: about a second on AWS) plus
   a part per message. Sized by the ratio of the two sums alone, a ticket is at most about
@@ -22,12 +22,6 @@ a grown ticket from doing harm:
   same moving sums, once tickets of different sizes have finished), so the next tickets are
   sized to `ticket_seconds` directly; at most `GROWTH` times the recent tickets' mean, so one
   misleading fit cannot make a ticket far longer than intended.
-- **A first ladder.** Before any ticket has finished (a queue's first run: a successor adopts
-  its predecessor's pace from the lease), a backlog's first tickets double from `batch_size`
-  to `LADDER` times it (`ladder`): more of the backlog goes out while the first workers start
-  (cold, on Lambda: about as long for 160 messages as for 10), and their different sizes are
-  what `Pace.fit` needs to size the next ones at once. A backlog's start-up in the AWS
-  simulation drained about a second sooner.
 - **Memory.** A grown ticket's objects add up to at most `GROWN_BYTES` (by the sizes the
   LIST gave); its first object always goes in, whatever its size.
 - **Workers, not tickets, short.** A live ticket no worker has claimed for `QUEUED_MS` means
@@ -63,9 +57,6 @@ GROWTH = 4
 SPREAD = 0.25
 """`Pace.fit` is trusted only when the recent sizes' standard deviation is at least this share
 of their mean: tickets all of one size say nothing about the part per message."""
-LADDER = 16
-"""A queue with no pace yet sends its first tickets under a backlog in sizes doubling from
-`batch_size` up to this many times it (`ladder`)."""
 GROWN_BYTES = 16 * 1024 * 1024
 """A grown ticket's objects add up to at most this many bytes (a worker holds a ticket's
 objects until its apply): packs of large messages grow less."""
@@ -150,13 +141,9 @@ class Sizes:
     batch_size: int
     grown_size: int
     grown: int
-    ladder: tuple[int, ...] = ()
-    """A queue's first tickets under a backlog: each its own size (`ladder`)."""
 
     def limit(self, index: int) -> tuple[int, int | None]:
         """Messages the tick's `index`-th new ticket may carry, and bytes (None: no bound)."""
-        if index < len(self.ladder):
-            return self.ladder[index], GROWN_BYTES
         if index < self.grown:
             return self.grown_size, GROWN_BYTES
         return self.batch_size, None
@@ -183,8 +170,6 @@ def sizes(
     small = settings.batch_size
     lanes = max(0, settings.max_in_flight_tickets - 1 - live_grown)
     grown = min(free, lanes)
-    if not pace.mean_messages and not queued and grown > 0 and ready > free * small:
-        return ladder(settings, ready, grown)
     floor = least(settings, pace, rate, queued)
     if floor > small and grown > 0:
         grown = min(grown, max(folders, math.ceil(ready / floor)))
@@ -192,25 +177,6 @@ def sizes(
         return Sizes(small, small, 0)
     size = min(most(settings, pace, queued), math.ceil(ready / grown))
     return Sizes(small, size, grown) if size > small else Sizes(small, small, 0)
-
-
-def ladder(settings: QueueSettings, ready: int, lanes: int) -> Sizes:
-    """A backlog's first tickets, before any has finished: sizes doubling from `batch_size`
-    (up to `LADDER` times it and `max_batch_size`) over the `lanes`, until they hold the
-    `ready` messages. More of a backlog goes out while the first workers start (on Lambda,
-    cold: about as long for 160 messages as for 10), and tickets of different sizes let
-    `Pace.fit` tell a ticket's fixed part from its part per message as soon as they finish,
-    so the next ones are sized to `ticket_seconds` directly. A slow handler's largest first
-    ticket holds `LADDER` small tickets' work, and the pace keeps the next ones small."""
-    small = settings.batch_size
-    top = min(settings.max_batch_size, LADDER * small)
-    steps: list[int] = []
-    size, left = small, ready
-    while len(steps) < lanes and left > 0:
-        steps.append(size)
-        left -= size
-        size = min(top, size * 2)
-    return Sizes(small, small, 0, tuple(steps))
 
 
 def least(settings: QueueSettings, pace: Pace, rate: float | None, queued: int = 0) -> int:
