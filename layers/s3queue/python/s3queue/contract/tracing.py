@@ -12,13 +12,11 @@ otherwise `tracer` gives `NoTracer`, whose decorators return the function they w
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping
-from typing import Any, Protocol, TypeVar, cast
+from collections.abc import Mapping
+from typing import Any, Protocol, cast
 
 ENV_TRACE_CALLS = "S3QUEUE_TRACE_CALLS"
 """Set (``1``/``true``) to trace the handler and each S3 call with Powertools' Tracer."""
-
-F = TypeVar("F", bound=Callable[..., Any])
 
 
 class FunctionTracer(Protocol):
@@ -34,10 +32,10 @@ class FunctionTracer(Protocol):
 class NoTracer:
     """Powertools' `Tracer` surface, doing nothing: the function keeps Lambda's own segments."""
 
-    def capture_lambda_handler(self, lambda_handler: F | None = None, **_: Any) -> Any:
+    def capture_lambda_handler(self, lambda_handler: Any = None, **_: Any) -> Any:
         return lambda_handler if lambda_handler is not None else (lambda f: f)
 
-    def capture_method(self, method: F | None = None, **_: Any) -> Any:
+    def capture_method(self, method: Any = None, **_: Any) -> Any:
         return method if method is not None else (lambda f: f)
 
     def put_annotation(self, key: str, value: Any) -> None:
