@@ -50,6 +50,8 @@ class Known:
     started_ms: int = 0
     """When it could start: its creation, or for a parked one when it left the park (the
     pace counts a ticket's life from then, not its wait behind another)."""
+    stalls: int = 0
+    """Times invoked again while pending: sent with each invoke (`Invocation.stalls`)."""
 
     def __post_init__(self) -> None:
         ticket = self.ticket
@@ -249,6 +251,8 @@ class Reconciler:
                 return self._reap(entry.key, found, now)
             return 0
         if now - found.invoked_ms >= timeout:
+            if ticket.state == "pending":
+                found.stalls += 1
             self.invoke(entry.key, found, now, reason=f"{ticket.state} for {timeout} ms")
         return 0
 
@@ -308,6 +312,8 @@ class Reconciler:
         the answer); a failed invoke is retried after dispatch_timeout."""
         found.invoked_ms = now
         invocation = found.ticket.invocation(key, found.etag, held=self.in_process)
+        if found.stalls:
+            invocation["stalls"] = found.stalls
         self.background(partial(self._invoke, key, invocation, now, reason))
 
     def background(self, job: Callable[[], None]) -> None:

@@ -51,6 +51,9 @@ class Invocation(TypedDict):
     pulled: NotRequired[bool]
     """Found by a puller (pull.py), which other processes may be racing to claim: the worker
     reads ahead only once it holds the claim. Local only, never sent over the wire."""
+    stalls: NotRequired[int]
+    """Times the leader invoked this pending ticket again (its workers left no trace): each
+    halves the worker's read-ahead, as a stalled generation does (readahead.py)."""
 
 
 @dataclass(slots=True)
@@ -273,6 +276,12 @@ class Ticket:
         except (ValueError, KeyError, TypeError) as exc:
             raise MalformedMessage(f"undecodable ticket: {exc}") from exc
 
+    def stalls(self) -> int:
+        """Generations that ended with their lease and no new outcome (the count `expire`
+        keeps in each expiry; an older version's expiries count none)."""
+        counts = [h["done"] for h in self.history if h.get("event") == "expired" and "done" in h]
+        return sum(1 for i, n in enumerate(counts) if n == (counts[i - 1] if i else 0))
+
     @property
     def permit_messages(self) -> int:
         """The messages a rate-limited ticket asks its counters for (its permit says)."""
@@ -329,6 +338,7 @@ class Ticket:
                 "lease_until": self.lease_until_ms,
                 "at": now_ms,
                 "running": [self.running, self.running_index, self.running_id],
+                "done": len(self.outcomes),
             }
         )
         self.state, self.owner, self.lease_until_ms, self.lease_ms = "pending", None, 0, 0

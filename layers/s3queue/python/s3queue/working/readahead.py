@@ -8,6 +8,12 @@ A `Stream` keeps the GETs of the next objects going while the handler runs: each
 handler waits for its own object's GET only. Read in windows (the whole window read before its
 first handler started), a message waited for its window's slowest GET, a few of which sit in
 S3's long tail (p99 several times the median) in every window of a grown ticket: issue 22's p99.
+
+A ticket whose holders keep dying before they record anything reads less far ahead
+(`stalled_window`): a redelivery saves what it finished before each handler start, so a holder
+that lives through its first few reads makes progress, where one that sends the GETs of 250
+objects at once may die on any of them, every generation (issue 22: 200 generations of one
+ticket in the chaos suite's ``clocks`` profile, each holder crashed in its burst of reads).
 """
 
 from __future__ import annotations
@@ -28,7 +34,7 @@ from s3queue.common.concurrency import (
 from s3queue.contract.settings import QueueSettings
 from s3queue.errors import S3QueueError
 from s3queue.protocol.keys import QueueKeys
-from s3queue.protocol.tickets import Ref
+from s3queue.protocol.tickets import Ref, Ticket
 from s3queue.storage.base import Storage
 from s3queue.working.load import Loaded, load_ref
 
@@ -68,6 +74,15 @@ against 739-802), and each lane is a connection of the client's pool."""
 WORKER_POOL = READ_AHEAD + 16
 """Connections of the worker Lambda's S3 client: a walk's reads, and its claim, heartbeats,
 commit and apply beside them."""
+
+
+def stalled_window(ticket: Ticket, invoked_again: int = 0) -> int:
+    """How many objects a holder of `ticket` reads ahead: `READ_WINDOW`, halved for each
+    generation that ended with its lease and no outcome recorded (`Ticket.stalls`) and for each
+    time the leader invoked it again while pending (`invoked_again`: workers that died before
+    their claim), at least 1 (a read-killing object then stops its holders only once everything
+    before it is saved)."""
+    return max(1, READ_WINDOW >> min(ticket.stalls() + invoked_again, 16))
 
 
 def read_lanes(threads: int) -> int:
@@ -131,13 +146,15 @@ class Stream:
     reader: Reader
     refs: list[Ref]
     submit: Submit
+    window: int = READ_WINDOW
+    """Objects read ahead of the handler at most (`stalled_window`)."""
     _pending: dict[int, Pending] = field(default_factory=dict)
     _next: int = 0
     _bytes: int = 0
 
     @classmethod
-    def of(cls, reader: Reader, refs: list[Ref]) -> Stream:
-        return cls(reader, refs, submitter(reader.source.read_ahead))
+    def of(cls, reader: Reader, refs: list[Ref], window: int = READ_WINDOW) -> Stream:
+        return cls(reader, refs, submitter(reader.source.read_ahead), window)
 
     def ready(self, at: int) -> bool:
         """Whether `refs[at]`'s object can be handed out without waiting (read, or its
@@ -173,7 +190,7 @@ class Stream:
         """Submit the reads of the objects after `at` that the bounds let in."""
         refs, cache = self.refs, self.reader.cache
         self._next = max(self._next, at)
-        end = min(len(refs), at + READ_WINDOW)
+        end = min(len(refs), at + self.window)
         while self._next < end:
             ref = refs[self._next]
             if ref.key not in cache:

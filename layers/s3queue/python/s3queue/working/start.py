@@ -30,7 +30,7 @@ from s3queue.protocol.lease import read_lease
 from s3queue.protocol.tickets import Invocation, Outcome, OutcomeKind, Ticket
 from s3queue.working.claim import Claim
 from s3queue.working.load import Loaded
-from s3queue.working.readahead import Reader, Stream
+from s3queue.working.readahead import Reader, Stream, stalled_window
 from s3queue.working.throttle import Throttle
 
 if TYPE_CHECKING:
@@ -113,7 +113,10 @@ class Start:
             return WorkResult(key, "gone")
         ticket, etag = found
         preloaded: dict[str, Loaded | None] = {}
-        stream = None if invocation.get("pulled") else self._early_stream(ticket, preloaded)
+        stalls = invocation.get("stalls", 0)
+        stalls = stalls if isinstance(stalls, int) else 0
+        pulled = invocation.get("pulled")
+        stream = None if pulled else self._early_stream(ticket, preloaded, stalls)
         try:
             refused = self._fenced(key, ticket, preloaded, stream)
             if refused is not None:
@@ -142,7 +145,9 @@ class Start:
             if stream is not None:
                 stream.close()
 
-    def _early_stream(self, ticket: Ticket, preloaded: dict[str, Loaded | None]) -> Stream | None:
+    def _early_stream(
+        self, ticket: Ticket, preloaded: dict[str, Loaded | None], stalls: int = 0
+    ) -> Stream | None:
         """A first delivery's read-ahead, started before the fencing check and the claim: its
         first objects are read while the lease is read and the ticket claimed, not after (a
         read changes nothing; a fenced or lost ticket's reads not yet started are dropped).
@@ -151,7 +156,8 @@ class Start:
         race would have read a window for nothing)."""
         if ticket.generation > 0 or not ticket.refs or ticket.state != "pending":
             return None
-        return Stream.of(Reader(self.worker, preloaded), ticket.refs)
+        window = stalled_window(ticket, stalls)
+        return Stream.of(Reader(self.worker, preloaded), ticket.refs, window)
 
     def _throttle(self, ticket: Ticket) -> Throttle | None:
         """A pending rate-limited ticket's throttle (None: nothing limits its starts)."""

@@ -20,7 +20,7 @@ from s3queue.protocol.tickets import Outcome, Ref
 from s3queue.working.claim import Claim
 from s3queue.working.guard import Guard
 from s3queue.working.handle import Runner
-from s3queue.working.readahead import READ_WINDOW, Reader, Source, Stream
+from s3queue.working.readahead import Reader, Source, Stream, stalled_window
 from s3queue.working.throttle import Throttle
 
 __all__ = ["Walk", "Walker"]
@@ -148,7 +148,8 @@ class Walk:
         one's goes first, so that one slow GET does not hold back every message behind it
         (issue 22's p99). An object's own messages always go in order."""
         refs = self.claim.ticket.refs
-        stream = self.stream or Stream.of(Reader(self.worker, self.claim.loaded), refs)
+        reader = Reader(self.worker, self.claim.loaded)
+        stream = self.stream or Stream.of(reader, refs, stalled_window(self.claim.ticket))
         try:
             order = self._order(stream) if self._unordered() else ((i, i) for i in range(len(refs)))
             for at, base in order:
@@ -168,7 +169,7 @@ class Walk:
         while left:
             base = left[0]
             stream.read_ahead_from(base)
-            window = left[:READ_WINDOW]
+            window = left[: stream.window]
             stream.wait_any(window)
             at = next((i for i in window if stream.ready(i)), base)
             left.remove(at)
