@@ -7,7 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from harness import QUEUE, Harness, Recorder
+from harness import QUEUE, Crash, Harness, Recorder
 from s3queue.common.clock import FakeClock
 from s3queue.contract.settings import QueueSettings
 from s3queue.errors import PermanentError
@@ -142,3 +142,53 @@ def test_a_redrive_that_died_after_the_message_does_not_put_it_twice() -> None:
     h.drain(handler)
     assert [(m.id, m.attempt) for m in handler.seen] == [("order-1", 1)]
     assert h.queue.dead_letters() == []
+
+
+class DiesReadingMarkers(MemoryStorage):
+    """A worker that dies on its next read of a dedup marker once `armed`."""
+
+    def __init__(self, clock: FakeClock) -> None:
+        super().__init__(clock)
+        self.armed = False
+
+    def get(self, key: str, *, if_match: str | None = None) -> Object | None:
+        if self.armed and "/ids/" in key:
+            self.armed = False
+            raise Crash()
+        return super().get(key, if_match=if_match)
+
+
+def test_an_id_handled_then_purged_before_its_apply_stays_handled(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A chaos soak (`--profile everything`, seed 1827): an operator's purge listed the live
+    tickets before the one holding an explicit id's message was published, then deleted the
+    message after it was handled and committed, while the committer's apply had died before
+    the marker; the helper's apply found the object gone and left the marker "started", and
+    the id enqueued again ran a second time."""
+    clock = FakeClock()
+    storage = DiesReadingMarkers(clock)
+    h = Harness(storage=storage, clock=clock)
+    h.queue.enqueue("once", id="e1")
+    h.tick()
+    handler = Recorder()
+
+    def run(m: Message) -> None:
+        handler(m)
+        storage.armed = True  # the apply's read of the marker kills the worker
+
+    with pytest.raises(Crash):
+        h.work(run)
+    assert [t.rsplit("/", 1)[-1] for t in h.keys("tickets/")]  # committed, not applied
+    # WHEN a purge that listed the tickets before this one existed deletes the message
+    monkeypatch.setattr("s3queue.operations.purging._live_refs", lambda *a: set())
+    assert h.queue.purge() == 1
+    # and a helper applies the committed ticket
+    h.clock.advance(h.coordination.dispatch_timeout + 1)
+    h.tick()
+    h.work(handler)
+    assert h.keys("tickets/") == []
+    # THEN the id is handled for good: enqueued again, it never runs again
+    h.queue.enqueue("once", id="e1")
+    h.drain(handler)
+    assert handler.bodies() == ["once"]

@@ -104,6 +104,8 @@ class Outcome:
     derived at apply time: a lease expiry after a heartbeat recorded it must not count."""
     traceback: str | None = None
     """The handler's traceback when it raised (bounded: `Ticket.record`)."""
+    dedup: bool = False
+    """An explicit id's: an apply that finds its object gone still marks it done (apply.py)."""
 
     def __post_init__(self) -> None:
         if self.error is not None and len(self.error) > MAX_ERROR_CHARS:
@@ -120,6 +122,8 @@ class Outcome:
             out["delay"] = self.delay_ms
         if self.attempt:
             out["attempt"] = self.attempt
+        if self.dedup:
+            out["dedup"] = 1
         return out
 
     @classmethod
@@ -133,6 +137,7 @@ class Outcome:
             int(data.get("delay", 0)),
             int(data.get("attempt", 0)),
             data.get("tb"),
+            bool(data.get("dedup")),
         )
 
 
@@ -277,8 +282,7 @@ class Ticket:
             raise MalformedMessage(f"undecodable ticket: {exc}") from exc
 
     def stalls(self) -> int:
-        """Generations that ended with their lease and no new outcome (the count `expire`
-        keeps in each expiry; an older version's expiries count none)."""
+        """Generations that ended with their lease and no new outcome (`expire` counts them)."""
         counts = [h["done"] for h in self.history if h.get("event") == "expired" and "done" in h]
         return sum(1 for i, n in enumerate(counts) if n == (counts[i - 1] if i else 0))
 

@@ -27,6 +27,7 @@ import contextlib
 from collections.abc import Callable
 
 from s3queue.errors import Conflict
+from s3queue.protocol import markers
 from s3queue.protocol.keys import QueueKeys, ticket_name
 from s3queue.protocol.records import TOMBSTONE
 from s3queue.protocol.tickets import Outcome, Ref, Ticket
@@ -118,13 +119,23 @@ class _Step:
         if not outcomes or _untouched(owning, self.ticket, ref, outcomes):
             return
         loaded = self.loader(ref)
-        if loaded is None:
-            return  # already applied by someone else
+        if loaded is None:  # already applied by someone else, or purged before it was
+            self._mark_done(owning, ref, outcomes)
+            return
         records = loaded.records
         self.blobs += apply_ref(
             self.storage, owning, self.ticket, self.origin, ref, records, outcomes
         )
         self.sources.append(ref.key)
+
+    def _mark_done(self, owning: QueueKeys, ref: Ref, outcomes: list[Outcome]) -> None:
+        """An explicit id handled here ends done even if its object is gone: an operator's
+        purge between the commit and an apply that failed midway took it, and the marker
+        still names it, so a repeated enqueue would put it there again and run it twice (a
+        chaos soak, seed 1827). A GET each; after another applier it finds them done."""
+        for outcome in outcomes:
+            if outcome.dedup and outcome.kind in ("done", "dead"):
+                markers.mark_done(self.storage, owning, outcome.id, ref.key)
 
     def retire(self) -> None:
         """Delete the step's finished payloads, then retire its sources (after their copies)."""

@@ -180,7 +180,7 @@ class Runner:
         if error is not None:
             fields["error"] = error
         self.emit("handler_finish", now, delay_ms=delay, **fields)
-        return Outcome(ref.key, record.id, kind, now, error, delay, attempt)
+        return Outcome(ref.key, record.id, kind, now, error, delay, attempt, dedup=record.dedup)
 
     def _explicit(self, ref: Ref, record: Record, attempt: int, now: int) -> Outcome | None:
         """None if the explicit-id message may run; else its outcome without running."""
