@@ -15,9 +15,10 @@ import os
 from pathlib import Path
 from typing import Any
 
+import pytest
 from harness import Harness, Recorder
 from s3queue.common.clock import FakeClock
-from s3queue.errors import StorageError
+from s3queue.errors import Conflict, StorageError
 from s3queue.protocol import markers
 from s3queue.protocol.lease import PENDING, LeaseDoc, read_lease
 from s3queue.storage import MemoryStorage
@@ -225,3 +226,21 @@ def test_purge_takes_the_payloads_of_what_it_purged_and_nothing_on_its_way(
     h.storage.put(on_its_way, b"x" * 10)
     assert h.queue.purge() == 1
     assert h.keys("blobs/") == [on_its_way] and purged_blob != on_its_way
+
+
+def test_a_purged_copy_leaves_a_tombstone_a_late_applier_cannot_create_again() -> None:
+    """A copy purged while a ticket the purge did not list held it (published during the
+    purge) may have been handled; the committer of the ticket that wrote it, paused before
+    its apply with the record in hand, creates it If-None-Match: a tombstone refuses that,
+    where a delete would let the message run again."""
+    h = Harness()
+    h.queue.enqueue("flaky")
+    h.tick()
+    h.work(Recorder(fail=lambda m: RuntimeError("once")))  # a retry copy, in backoff
+    [copy] = [k for k in h.keys("msg/") if "~o" in k]
+    # WHEN the queue is purged
+    assert h.queue.purge() == 1
+    # THEN the copy is a tombstone, and a late create of it (the paused committer's) fails
+    assert h.keys("msg/") == [] and copy in h.keys("msg/", tombstones=True)
+    with pytest.raises(Conflict):
+        h.storage.put(copy, b"late copy", if_none_match=True)

@@ -10,10 +10,10 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Collection, Iterator
 
-from s3queue.errors import MalformedMessage, QueueNotFound
+from s3queue.errors import Conflict, MalformedMessage, QueueNotFound
 from s3queue.operations.admin import dead_count, dead_payload_keys, exists, message_count
 from s3queue.protocol.keys import QueueKeys
-from s3queue.protocol.records import decode_records
+from s3queue.protocol.records import TOMBSTONE, decode_records
 from s3queue.protocol.tickets import Ticket
 from s3queue.storage.base import Entry, Storage, iter_keys
 
@@ -25,7 +25,11 @@ def purge(storage: Storage, keys: QueueKeys, *, include_dlq: bool = False) -> in
     Safe while the queue runs (issue 19):
 
     - a message a live ticket holds is left to finish (its worker may have started it), and
-      so is its stored payload;
+      so is its stored payload (the tickets as listed when the purge starts: one published
+      while it runs may lose its messages, as a purge meant; an explicit id it handled stays
+      handled, working/apply.py);
+    - a copy (a retry's or a release's) becomes a tombstone, not nothing: a committer paused
+      before its apply, holding the record, must not create it again after a purge;
     - each object goes by ``If-Match`` of the version listed: another version PUT since (a
       foreign key PUT again), or a late zombie DELETE, takes nothing it did not list;
     - tombstones stay: they keep a late applier from creating a consumed copy again;
@@ -76,6 +80,11 @@ def _payloads(storage: Storage, keys: QueueKeys, entries: list[Entry]) -> Iterat
                     yield record.payload.key
 
 
+def _is_copy(keys: QueueKeys, key: str) -> bool:
+    parsed = keys.owning(key).parse_msg(key)
+    return parsed is not None and parsed.origin is not None
+
+
 def _delete_prefix(
     storage: Storage,
     keys: QueueKeys,
@@ -95,9 +104,14 @@ def _delete_prefix(
         ]
         if doomed and blobs is not None:
             blobs.update(_payloads(storage, keys, doomed))
-        if doomed:
-            storage.delete_many((e.key for e in doomed), if_match={e.key: e.etag for e in doomed})
-            deleted += sum(weigh(e) for e in doomed)
+        copies = [e for e in doomed if _is_copy(keys, e.key)]
+        for entry in copies:
+            with contextlib.suppress(Conflict):  # changed since the LIST: not ours to take
+                storage.put(entry.key, TOMBSTONE, if_match=entry.etag)
+        gone = [e for e in doomed if e not in copies]
+        if gone:
+            storage.delete_many((e.key for e in gone), if_match={e.key: e.etag for e in gone})
+        deleted += sum(weigh(e) for e in doomed)
         if not page.truncated:
             return deleted
         after = page.entries[-1].key
