@@ -51,6 +51,7 @@ class Coordinator(Construct):
         reserve_concurrency: bool,
         removal_policy: RemovalPolicy,
         encryption_key: kms.IKey | None = None,
+        memory: int = MEMORY,
     ) -> None:
         super().__init__(scope, construct_id)
         queues = QueueMap(
@@ -71,7 +72,7 @@ class Coordinator(Construct):
             },
             encryption_key=encryption_key,
             timeout=TIMEOUT,
-            memory=MEMORY,
+            memory=memory,
             reserved_concurrency=CONCURRENCY if reserve_concurrency else None,
             max_event_age=MAX_EVENT_AGE,
             removal_policy=removal_policy,

@@ -52,6 +52,10 @@ class DeploymentSettings:
     """Keep the bucket (and key) when the stack is deleted."""
     reserve_concurrency: bool = True
     """Reserve Lambda concurrency (needs account headroom: new accounts may have none)."""
+    coordinator_memory: int = 256
+    """The coordinator function's memory in MB, and so its CPU (Lambda gives one vCPU at
+    1,769 MB). Its ticks are CPU work between S3 calls: at high rates a share of a vCPU slows
+    dispatch (docs/performance.md, session 18); it runs whenever a queue is busy."""
     trace_calls: bool = False
     """X-Ray subsegments for each handler and S3 call (Powertools' Tracer, which imports the
     X-Ray SDK at every cold start); Lambda's own segments are recorded either way."""
@@ -76,6 +80,9 @@ class DeploymentSettings:
         for name in (*days, "access_log_retention_days", "oldest_message_alarm_seconds"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"context {context_key(name)} must be at least 1")
+        if not 128 <= self.coordinator_memory <= 10_240:  # Lambda's range
+            key = context_key("coordinator_memory")
+            raise ConfigError(f"context {key} must be 128 to 10240 (MB)")
 
     @property
     def schedule_seconds(self) -> int | None:

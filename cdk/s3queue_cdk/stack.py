@@ -183,6 +183,7 @@ class S3QueueStack(Stack):
             reserve_concurrency=settings.reserve_concurrency,
             removal_policy=self._removal,
             encryption_key=self.storage.key,
+            memory=settings.coordinator_memory,
         )
         bucket, key = self.storage.bucket, self.storage.key
         function = coordinator.function

@@ -40,6 +40,7 @@ VARIANT_CONTEXT = {
     "s3queue:dlqRetentionDays": "30",
     "s3queue:idempotencyRetentionDays": 3,
     "s3queue:traceCalls": True,
+    "s3queue:coordinatorMemory": "1769",
 }
 
 

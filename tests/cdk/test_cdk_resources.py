@@ -194,6 +194,12 @@ def test_trace_calls_sets_every_function_to_load_the_xray_sdk(
     assert ENV_TRACE_CALLS not in default.coordinator()["Environment"]["Variables"]
 
 
+def test_the_coordinators_memory_is_a_deployment_setting(default: Synth, variant: Synth) -> None:
+    """Its CPU follows its memory (docs/performance.md, session 18): 256 MB unless set."""
+    assert default.coordinator()["MemorySize"] == 256
+    assert variant.coordinator()["MemorySize"] == 1769
+
+
 def test_coordinator_environment_names_every_worker(default: Synth) -> None:
     props = default.coordinator()
     env = props["Environment"]["Variables"]

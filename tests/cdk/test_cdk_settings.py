@@ -56,6 +56,8 @@ def test_missing_context_keeps_the_defaults() -> None:
         ("s3queue:schedule", "every minute", "rate"),
         ("s3queue:bucketNamePrefix", "Acme_Queues", "bucketNamePrefix"),
         ("s3queue:alarmEmail", "ops", "alarmEmail"),
+        ("s3queue:coordinatorMemory", 64, "coordinatorMemory must be 128 to 10240"),
+        ("s3queue:coordinatorMemory", "1 GB", "coordinatorMemory='1 GB': expected int"),
     ],
 )
 def test_bad_values_are_config_errors_naming_the_key(key: str, value: object, message: str) -> None:
