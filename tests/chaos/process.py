@@ -224,6 +224,8 @@ def _ticket_fields(key: str, body: bytes) -> dict[str, Any]:
     return {
         "ticket": key,
         "wrote_state": ticket.state,
+        "owner": ticket.owner,
+        "applied": ticket.applied,
         "outcomes": [(o.id, o.kind) for o in ticket.outcomes],
     }
 

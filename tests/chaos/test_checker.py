@@ -455,6 +455,36 @@ def test_a_broken_history_is_flagged(invariant: str) -> None:
     assert invariant in report.invariants(), report.summary() or "no violation found"
 
 
+def test_a_helper_that_dies_after_recording_apply_progress_did_not_commit() -> None:
+    """A clocks soak (seed 171753): w1's claim of ticket 3 was reaped, w2 committed the next
+    generation, and w1, helping to apply it, died right after a PUT of its progress: the
+    ticket it wrote was committed, by w2, with ``applied`` set. Not a stale commit of w1's."""
+    story = good().add(
+        "crash",
+        "w1",
+        where="after put tickets",
+        ticket=ticket(3),
+        wrote_state="committed",
+        owner="w2",
+        applied=1,
+        outcomes=[("r", "done")],
+    )
+    report = check(story.entries, final(), EXPECT)
+    assert report.ok, report.summary()
+    # ... while w1's own commit that reached S3 just before it died, after the reap, is one
+    stale = good().add(
+        "crash",
+        "w1",
+        where="after put tickets",
+        ticket=ticket(3),
+        wrote_state="committed",
+        owner="w1",
+        applied=0,
+        outcomes=[("r", "done")],
+    )
+    assert "stale_commit" in check(stale.entries, final(), EXPECT).summary()
+
+
 def test_a_redelivery_before_the_lease_expired_is_not_explained_by_a_later_expiry() -> None:
     # GIVEN r's second run starts BEFORE the expiry that would have explained it
     s = Story().enqueue("r").dispatch(0, "r").claim(0, "w1").run("w1", "r", 1)

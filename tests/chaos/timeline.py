@@ -307,7 +307,10 @@ def _crash(t: Timeline, e: Entry) -> None:
     run = t.open_runs.pop(e.actor, None)
     if run is not None:
         run.end, run.outcome = e, "crash"
-    if e.get("wrote_state") == "committed":  # died right after its commit reached S3
+    # Died right after its commit reached S3; not an apply's record of progress (`applied`),
+    # which any helper writes on a committed ticket whoever committed it.
+    mine = e.get("owner", e.actor) == e.actor
+    if e.get("wrote_state") == "committed" and not e.get("applied") and mine:
         _commit(t, e)
 
 
