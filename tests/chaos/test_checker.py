@@ -459,29 +459,23 @@ def test_a_helper_that_dies_after_recording_apply_progress_did_not_commit() -> N
     """A clocks soak (seed 171753): w1's claim of ticket 3 was reaped, w2 committed the next
     generation, and w1, helping to apply it, died right after a PUT of its progress: the
     ticket it wrote was committed, by w2, with ``applied`` set. Not a stale commit of w1's."""
-    story = good().add(
-        "crash",
-        "w1",
-        where="after put tickets",
-        ticket=ticket(3),
-        wrote_state="committed",
-        owner="w2",
-        applied=1,
-        outcomes=[("r", "done")],
-    )
-    report = check(story.entries, final(), EXPECT)
+
+    def w1_dies_after_writing(owner: str, applied: int) -> Story:
+        return good().add(
+            "crash",
+            "w1",
+            where="after put tickets",
+            ticket=ticket(3),
+            wrote_state="committed",
+            owner=owner,
+            applied=applied,
+            outcomes=[("r", "done")],
+        )
+
+    report = check(w1_dies_after_writing("w2", 1).entries, final(), EXPECT)
     assert report.ok, report.summary()
     # ... while w1's own commit that reached S3 just before it died, after the reap, is one
-    stale = good().add(
-        "crash",
-        "w1",
-        where="after put tickets",
-        ticket=ticket(3),
-        wrote_state="committed",
-        owner="w1",
-        applied=0,
-        outcomes=[("r", "done")],
-    )
+    stale = w1_dies_after_writing("w1", 0)
     assert "stale_commit" in check(stale.entries, final(), EXPECT).summary()
 
 

@@ -104,11 +104,13 @@ def _delete_prefix(
         ]
         if doomed and blobs is not None:
             blobs.update(_payloads(storage, keys, doomed))
-        copies = [e for e in doomed if _is_copy(keys, e.key)]
+        copies: list[Entry] = []
+        gone: list[Entry] = []
+        for entry in doomed:
+            (copies if _is_copy(keys, entry.key) else gone).append(entry)
         for entry in copies:
             with contextlib.suppress(Conflict):  # changed since the LIST: not ours to take
                 storage.put(entry.key, TOMBSTONE, if_match=entry.etag)
-        gone = [e for e in doomed if e not in copies]
         if gone:
             storage.delete_many((e.key for e in gone), if_match={e.key: e.etag for e in gone})
         deleted += sum(weigh(e) for e in doomed)

@@ -148,8 +148,9 @@ class Walk:
         one's goes first, so that one slow GET does not hold back every message behind it
         (issue 22's p99). An object's own messages always go in order."""
         refs = self.claim.ticket.refs
-        reader = Reader(self.worker, self.claim.loaded)
-        stream = self.stream or Stream.of(reader, refs, stalled_window(self.claim.ticket))
+        stream = self.stream or Stream.of(
+            Reader(self.worker, self.claim.loaded), refs, stalled_window(self.claim.ticket)
+        )
         try:
             order = self._order(stream) if self._unordered() else ((i, i) for i in range(len(refs)))
             for at, base in order:
