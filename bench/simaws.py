@@ -67,6 +67,11 @@ class S3Model:
     load before); empty: a fresh bucket, one range."""
     sdk_retries: int = 5
     """botocore standard-mode retries of the client `make_client` builds (s3queue code)."""
+    client_cpu_ms: float = 0.5
+    """CPU (of this machine's core) each attempt costs the caller beyond the Python the
+    simulation runs: the HTTP exchange through urllib3 and `http.client`, measured at
+    0.45-0.55 ms a call against SeaweedFS (docs/performance.md, "lean path"; the simulated
+    client stands in for the lean path's own 0.08 ms). TLS, which AWS adds, is not in it."""
 
 
 @dataclass(frozen=True)
@@ -89,10 +94,21 @@ class LambdaModel:
     """An idle container is reclaimed after this long (assumed; AWS publishes no figure)."""
     account_concurrency: int = 1_000
     """The account's regional concurrency (AWS-FACTS: 1,000 by default, shared)."""
+    full_vcpu_mb: int = 1_769
+    """The memory at which a function has the equivalent of one vCPU; below it, CPU in
+    proportion to memory (Lambda documentation, "Configuring Lambda function memory": "Lambda
+    allocates CPU power in proportion to the amount of memory configured ... At 1,769 MB, a
+    function has the equivalent of one vCPU"). Above it a function has more vCPUs, but one
+    Python interpreter runs one thread at a time, so it runs no faster here."""
     throttle_retry_s: tuple[float, float] = (1.0, 300.0)
     """A throttled async event is retried after 1 s, doubling to 5 min, until its maximum age
     (Lambda documentation, asynchronous invocation; AWS-FACTS: "throttled async events are
     retried by Lambda")."""
+
+    def cpu_scale(self, memory_mb: int, per_vcpu: float) -> float:
+        """Virtual ms a ms of this machine's CPU takes in a container of `memory_mb`, given
+        `per_vcpu` for a whole vCPU (`Model.cpu_scale`)."""
+        return per_vcpu * max(1.0, self.full_vcpu_mb / memory_mb)
 
 
 @dataclass(frozen=True)
@@ -143,10 +159,11 @@ class Model:
     events: EventModel = EventModel()
     prices: Prices = Prices()
     cpu_scale: float = 1.0
-    """Virtual seconds charged per CPU second an actor's own Python spends (see simkernel).
-    1.0 assumes a Lambda vCPU as fast as this machine's core at the functions' memory; Lambda
-    gives a 256 MB function about 256/1769 of a vCPU (Lambda documentation: one vCPU at
-    1,769 MB), so this is optimistic for CPU-heavy steps."""
+    """Virtual seconds charged per CPU second an actor's own Python spends on a whole vCPU
+    (see simkernel): 1.0 assumes a Lambda vCPU as fast as this machine's core (assumed; not
+    measured, no AWS account here). A function gets its memory's share of a vCPU
+    (`LambdaModel.cpu_scale`: a 256 MB function's CPU is 6.9 times slower); producers, outside
+    Lambda, a whole one each."""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

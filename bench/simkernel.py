@@ -11,9 +11,15 @@ virtual time, and waiting costs no wall time::
     producer-1    PUT (wait 30 ms) --> resumes at t=30, applies the PUT, runs on ...
 
 The CPU an actor spends between two waits (its own Python: parsing listings, planning,
-encoding) can be charged to its virtual time too (`cpu_scale`, seconds of virtual time per
-second of this machine's CPU; 0 charges nothing): a Lambda's code is not free, and the charge
-shows where a busy coordinator's time goes. Charged CPU moves only that actor's own time.
+encoding) can be charged to its virtual time too: a Lambda's code is not free, and the charge
+shows where a busy coordinator's time goes. Each actor runs on a `Cpu`: a processor whose
+`scale` is the virtual seconds one second of this machine's CPU takes on it (0 charges
+nothing), shared by the actors of one process (a Lambda container's invocation and its threads:
+CPython runs one thread at a time, so they queue for it, first come first served). A producer
+or a process of its own gets a `Cpu` of its own at the kernel's `cpu_scale`; a Lambda container
+gets one at its memory's share of a vCPU (`simaws.LambdaModel.cpu_scale`). Work that runs
+outside this interpreter but would cost a real process CPU (the client's HTTP exchange of an S3
+call) is charged with `charge`.
 
 Except the part of a full garbage collection that a Lambda would not pay: every actor shares
 this one interpreter's heap (the whole simulated world: S3's objects, every actor's state, the
@@ -50,17 +56,28 @@ class Stopped(WorkerKilled):
 
 
 @dataclass(eq=False)
+class Cpu:
+    """The processor an actor's Python runs on, shared by one process's actors."""
+
+    scale: float
+    """Virtual ms per ms of this machine's CPU (0: CPU is free)."""
+    free_ms: float = 0.0
+    """When the CPU charged to it so far is done: an actor resuming earlier waits for it."""
+
+
+@dataclass(eq=False)
 class Actor:
     """One simulated process: a thread that runs only while it holds the baton."""
 
     name: str
     role: str
+    cpu: Cpu
     baton: threading.Semaphore = field(default_factory=lambda: threading.Semaphore(0))
     cpu_mark: float = 0.0
     waited_ms: defaultdict[str, float] = field(default_factory=lambda: defaultdict(float))
     """Virtual time spent waiting, by cause (an S3 operation, "sleep", "invoke", ...)."""
     cpu_ms: float = 0.0
-    """Virtual time charged for CPU."""
+    """Virtual time charged for its own CPU (waiting for a busy `Cpu` is ``waited_ms["cpu"]``)."""
 
 
 class Kernel:
@@ -99,11 +116,32 @@ class Kernel:
         return getattr(self._local, "actor", None)
 
     def local_ms(self) -> float:
-        """Now, for the calling actor: the kernel's time plus the CPU it spent since it resumed."""
+        """Now, for the calling actor: when its `Cpu` is free (not before the kernel's time)
+        plus the CPU it spent since it resumed, at its `Cpu`'s scale."""
         me = self.actor()
-        if me is None or not self.cpu_scale:
+        if me is None or not me.cpu.scale:
             return self.now
-        return self.now + (time.thread_time() - me.cpu_mark) * 1000 * self.cpu_scale
+        return max(self.now, me.cpu.free_ms) + self._spent_ms(me)
+
+    def _spent_ms(self, me: Actor) -> float:
+        return (time.thread_time() - me.cpu_mark) * 1000 * me.cpu.scale
+
+    def charge(self, ms: float) -> None:
+        """Charge the calling actor `ms` of this machine's CPU it did not spend here."""
+        me = self.actor()
+        if me is not None:
+            me.cpu_mark -= ms / 1000
+
+    def _yield(self, me: Actor) -> float:
+        """The calling actor stops running: its time now, its CPU booked on its `Cpu`."""
+        if not me.cpu.scale:
+            return self.now
+        spent = self._spent_ms(me)
+        queued = max(me.cpu.free_ms - self.now, 0.0)
+        me.cpu_ms += spent
+        me.waited_ms["cpu"] += queued
+        me.cpu.free_ms = self.now + queued + spent
+        return me.cpu.free_ms
 
     def _full_gc(self, phase: str, info: dict[str, int]) -> None:
         """A full collection costs the running actor at most `full_gc_ms` (module docstring)."""
@@ -125,8 +163,7 @@ class Kernel:
     def wait(self, ms: float, cause: str) -> None:
         """Block the calling actor for `ms` of virtual time (from its local time)."""
         me = self._require()
-        local = self.local_ms()
-        me.cpu_ms += local - self.now
+        local = self._yield(me)
         me.waited_ms[cause] += max(ms, 0.0)
         self._push(local + max(ms, 0.0), me)
         self._switch(me)
@@ -134,8 +171,7 @@ class Kernel:
     def park(self, timeout_ms: float | None, cause: str) -> None:
         """Block the calling actor until `unpark`, or until `timeout_ms` of virtual time passed."""
         me = self._require()
-        local = self.local_ms()
-        me.cpu_ms += local - self.now
+        local = self._yield(me)
         token = next(self._seq)
         self._parked[me] = token
         if timeout_ms is not None:
@@ -164,9 +200,18 @@ class Kernel:
 
     # -- scheduling ------------------------------------------------------------------------
 
-    def spawn(self, body: Callable[[], object], *, at_ms: float, name: str, role: str) -> Actor:
-        """A new actor that starts running `body` at `at_ms` (virtual)."""
-        actor = Actor(name, role)
+    def spawn(
+        self,
+        body: Callable[[], object],
+        *,
+        at_ms: float,
+        name: str,
+        role: str,
+        cpu: Cpu | None = None,
+    ) -> Actor:
+        """A new actor that starts running `body` at `at_ms` (virtual), on `cpu` (a process's
+        thread) or on a CPU of its own at `cpu_scale`."""
+        actor = Actor(name, role, cpu or Cpu(self.cpu_scale))
         self.actors.append(actor)
         thread = threading.Thread(target=self._body, args=(actor, body), name=name, daemon=True)
         self._threads.append(thread)
@@ -184,7 +229,7 @@ class Kernel:
             def body(i: int = i, job: Callable[[], Any] = job) -> None:
                 results[i] = job()
 
-            self.spawn(body, at_ms=self.local_ms(), name=f"{me.name}/{i}", role=me.role)
+            self.spawn(body, at_ms=self.local_ms(), name=f"{me.name}/{i}", role=me.role, cpu=me.cpu)
         while len(results) < len(jobs):
             self.wait(1.0, "publish")  # the threads' join, at 1 ms resolution
         return [results[i] for i in range(len(jobs))]
@@ -214,7 +259,7 @@ class Kernel:
         except Exception as exc:  # noqa: BLE001 - a crashed actor is reported, the run goes on
             self.errors.append(f"{actor.name}: {type(exc).__name__}: {exc}")
         if not self.stopped:
-            actor.cpu_ms += self.local_ms() - self.now
+            self._yield(actor)
             self._switch(None)
 
     def _switch(self, me: Actor | None) -> None:
@@ -385,8 +430,10 @@ class Lanes:
             self._lanes += 1
             me = self.kernel.actor()
             name = f"{me.name if me else 'main'}/lane{self._lanes}"
-            role = me.role if me else "lane"
-            self.kernel.spawn(self._lane, at_ms=self.kernel.local_ms(), name=name, role=role)
+            role, cpu = (me.role, me.cpu) if me else ("lane", None)
+            self.kernel.spawn(
+                self._lane, at_ms=self.kernel.local_ms(), name=name, role=role, cpu=cpu
+            )
         return item
 
     def _lane(self) -> None:

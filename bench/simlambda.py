@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bench.simaws import LambdaModel
-from bench.simkernel import Kernel
+from bench.simkernel import Cpu, Kernel
 
 Body = Callable[[dict[str, Any], "SimContext", Any], object]
 """A function's code: (event, context, the container's state built at its cold start)."""
@@ -54,7 +54,8 @@ class SimFunction:
     reserved: int | None
     max_event_age_s: float
     running: int = 0
-    warm: list[tuple[Any, float]] = field(default_factory=list)
+    warm: list[tuple[Any, Cpu, float]] = field(default_factory=list)
+    """Warm containers: their state, their CPU, when their last invocation ended."""
     invocations: int = 0
     cold_starts: int = 0
     throttles: int = 0
@@ -134,21 +135,28 @@ class LambdaService:
             return
         fn.running += 1
         fn.peak = max(fn.peak, fn.running)
-        container = self._warm(fn, now)
+        container, cpu = self._warm(fn, now)
         number = next(self._ids)
         self.kernel.spawn(
-            lambda: self._invoke(fn, event, container, number),
+            lambda: self._invoke(fn, event, container, cpu, number),
             at_ms=now,
             name=f"{fn.name}#{number}",
             role=fn.role,
+            cpu=cpu,
         )
 
-    def _warm(self, fn: SimFunction, now: float) -> Any:
-        """The most recently used warm container, if one is still warm."""
-        fn.warm = [(c, t) for c, t in fn.warm if now - t <= self.model.keep_warm_s * 1000]
-        return fn.warm.pop()[0] if fn.warm else None
+    def _warm(self, fn: SimFunction, now: float) -> tuple[Any, Cpu]:
+        """The most recently used warm container, if one is still warm (else None), and its
+        CPU (a new one's: its memory's share of a vCPU)."""
+        fn.warm = [w for w in fn.warm if now - w[2] <= self.model.keep_warm_s * 1000]
+        if fn.warm:
+            container, cpu, _ = fn.warm.pop()
+            return container, cpu
+        return None, Cpu(self.model.cpu_scale(fn.memory_mb, self.kernel.cpu_scale))
 
-    def _invoke(self, fn: SimFunction, event: _Event, container: Any, number: int) -> None:
+    def _invoke(
+        self, fn: SimFunction, event: _Event, container: Any, cpu: Cpu, number: int
+    ) -> None:
         kernel = self.kernel
         began = kernel.now
         if container is None:
@@ -170,7 +178,7 @@ class LambdaService:
             fn.busy_ms += end - began
             fn.late += end - start > fn.timeout_s * 1000
             fn.running -= 1
-            fn.warm.append((container, end))
+            fn.warm.append((container, cpu, end))
 
 
 class SimLambdaClient:

@@ -315,6 +315,7 @@ class SimS3Client:
             if self.rate is not None:
                 self.rate.before_send()
             sent = pacer.before_send() if pacer is not None else 0.0
+            kernel.charge(s3.model.client_cpu_ms)
             admitted = s3.admit(op, key)
             if self.rate is not None:
                 self.rate.answered(throttled=not admitted)

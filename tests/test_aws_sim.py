@@ -28,7 +28,7 @@ from bench import simgroup, simshards
 from bench.measure import percentile
 from bench.simaws import AWS, LambdaModel, Latency, S3Model
 from bench.simgroup import Load
-from bench.simkernel import Kernel, SimClock, SimLock
+from bench.simkernel import Cpu, Kernel, SimClock, SimLock
 from bench.simlambda import LambdaService, SimFunction, SimLambdaClient
 from bench.sims3 import Pacing, RateLimit, SimS3, sim_storage
 
@@ -118,6 +118,70 @@ def test_a_full_collection_of_the_shared_heap_is_charged_as_one_of_a_function_s_
     assert charged[0] <= kernel.full_gc_ms + 5.0  # + the actor's own few statements
     assert kernel._full_gc not in gc.callbacks  # stop() unhooks it
     assert Kernel(0.0).full_gc_ms == 0.0  # no CPU charged: nothing measured, nothing hooked
+
+
+def test_actors_of_one_process_queue_for_its_cpu_and_other_processes_do_not() -> None:
+    """A process's threads share its CPU (one interpreter runs one thread at a time): the
+    second to want it waits for the first. Two processes run side by side."""
+    kernel = Kernel(0.0, cpu_scale=1.0)
+    shared = Cpu(10.0)
+    done: dict[str, float] = {}
+
+    def burn(name: str) -> Any:
+        def body() -> None:
+            kernel.charge(5.0)  # 5 ms of this machine's CPU: 50 ms on a CPU 10 times slower
+            kernel.wait(0.0, "io")
+            done[name] = kernel.now
+
+        return body
+
+    for name, cpu in (("a", shared), ("b", shared), ("c", Cpu(10.0))):
+        kernel.spawn(burn(name), at_ms=0.0, name=name, role="worker", cpu=cpu)
+    kernel.run(1_000.0)
+    kernel.stop()
+    assert done["a"] == pytest.approx(50.0, abs=5.0)
+    assert done["b"] == pytest.approx(100.0, abs=10.0)  # queued behind a on their one CPU
+    assert done["c"] == pytest.approx(50.0, abs=5.0)  # a process of its own
+    b = next(actor for actor in kernel.actors if actor.name == "b")
+    assert b.waited_ms["cpu"] == pytest.approx(50.0, abs=5.0)
+    assert b.cpu_ms == pytest.approx(50.0, abs=5.0)
+
+
+def test_a_function_s_cpu_is_its_memory_s_share_of_a_vcpu() -> None:
+    # Lambda: one vCPU at 1,769 MB, CPU in proportion below; one interpreter gains nothing above
+    assert LambdaModel().cpu_scale(1_769, 1.0) == 1.0
+    assert LambdaModel().cpu_scale(256, 1.0) == pytest.approx(6.91, abs=0.01)
+    assert LambdaModel().cpu_scale(10_240, 2.0) == 2.0
+    kernel = Kernel(0.0, cpu_scale=1.0)
+    service = LambdaService(kernel, LambdaModel(), random.Random(2))
+
+    def body(event: dict[str, Any], context: Any, container: Any) -> None:
+        kernel.charge(10.0)  # 10 ms of this machine's CPU
+
+    for memory in (256, 1_769):
+        service.add(SimFunction(f"f{memory}", "worker", body, object, memory, 60.0, None, 300.0))
+        kernel.call_at(0.0, lambda m=memory: service.submit(f"f{m}", {}))
+    kernel.run(60_000.0)
+    kernel.stop()
+    assert service.functions["f256"].billed_ms == pytest.approx(69.1, abs=5.0)
+    assert service.functions["f1769"].billed_ms == pytest.approx(10.0, abs=5.0)
+
+
+def test_every_s3_attempt_costs_its_caller_the_client_s_cpu() -> None:
+    fast = replace(S3Model(), put=Latency(30, 30), client_cpu_ms=0.0)
+    for model, low, high in ((fast, 30.0, 31.0), (replace(fast, client_cpu_ms=20.0), 50.0, 52.0)):
+        kernel = Kernel(0.0, cpu_scale=1.0)
+        s3 = SimS3(kernel, SimClock(kernel), model, random.Random(1))
+        storage = sim_storage(s3, "producer")
+        took: list[float] = []
+
+        def body(storage: Any = storage, took: list[float] = took, kernel: Kernel = kernel) -> None:
+            before = kernel.local_ms()
+            storage.put("s3queue/q/msg/a", b"x")
+            took.append(kernel.local_ms() - before)
+
+        _in_actor(kernel, body)
+        assert low <= took[0] <= high + 5.0  # + the simulated client's own Python
 
 
 # -- simulated S3 ------------------------------------------------------------------------------
