@@ -77,7 +77,7 @@ class Actor:
     waited_ms: defaultdict[str, float] = field(default_factory=lambda: defaultdict(float))
     """Virtual time spent waiting, by cause (an S3 operation, "sleep", "invoke", ...)."""
     cpu_ms: float = 0.0
-    """Virtual time charged for its own CPU (waiting for a busy `Cpu` is ``waited_ms["cpu"]``)."""
+    """Virtual time charged for its own CPU (waiting for a busy `Cpu` is ``waited_ms["cpu queue"]``)."""
 
 
 class Kernel:
@@ -139,7 +139,7 @@ class Kernel:
         spent = self._spent_ms(me)
         queued = max(me.cpu.free_ms - self.now, 0.0)
         me.cpu_ms += spent
-        me.waited_ms["cpu"] += queued
+        me.waited_ms["cpu queue"] += queued
         me.cpu.free_ms = self.now + queued + spent
         return me.cpu.free_ms
 

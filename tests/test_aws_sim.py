@@ -143,7 +143,7 @@ def test_actors_of_one_process_queue_for_its_cpu_and_other_processes_do_not() ->
     assert done["b"] == pytest.approx(100.0, abs=10.0)  # queued behind a on their one CPU
     assert done["c"] == pytest.approx(50.0, abs=5.0)  # a process of its own
     b = next(actor for actor in kernel.actors if actor.name == "b")
-    assert b.waited_ms["cpu"] == pytest.approx(50.0, abs=5.0)
+    assert b.waited_ms["cpu queue"] == pytest.approx(50.0, abs=5.0)
     assert b.cpu_ms == pytest.approx(50.0, abs=5.0)
 
 
