@@ -77,7 +77,7 @@ class Actor:
     waited_ms: defaultdict[str, float] = field(default_factory=lambda: defaultdict(float))
     """Virtual time spent waiting, by cause (an S3 operation, "sleep", "invoke", ...)."""
     cpu_ms: float = 0.0
-    """Virtual time charged for its own CPU (waiting for a busy `Cpu` is ``waited_ms["cpu queue"]``)."""
+    """Virtual time charged for its own CPU (waiting for a busy `Cpu`: "cpu queue")."""
 
 
 class Kernel:
