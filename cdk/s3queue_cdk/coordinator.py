@@ -20,7 +20,7 @@ from s3queue_cdk.functions import QueueFunction
 HANDLER = "app.handler"
 TIMEOUT = Duration.seconds(70)
 """It loops until its remaining time runs short: a one-minute schedule plus a short handover."""
-MEMORY = 256
+MEMORY = 1024
 CONCURRENCY = 2
 """A tick may overlap the previous one's last seconds; two coordinators at once are harmless."""
 MAX_EVENT_AGE = Duration.minutes(1)

@@ -52,10 +52,11 @@ class DeploymentSettings:
     """Keep the bucket (and key) when the stack is deleted."""
     reserve_concurrency: bool = True
     """Reserve Lambda concurrency (needs account headroom: new accounts may have none)."""
-    coordinator_memory: int = 256
+    coordinator_memory: int = 1024
     """The coordinator function's memory in MB, and so its CPU (Lambda gives one vCPU at
     1,769 MB). Its ticks are CPU work between S3 calls: at high rates a share of a vCPU slows
-    dispatch (docs/performance.md, session 18); it runs whenever a queue is busy."""
+    dispatch; it runs whenever a queue is busy, so its memory is a monthly cost
+    (docs/performance.md, session 19)."""
     trace_calls: bool = False
     """X-Ray subsegments for each handler and S3 call (Powertools' Tracer, which imports the
     X-Ray SDK at every cold start); Lambda's own segments are recorded either way."""

@@ -195,8 +195,12 @@ def test_trace_calls_sets_every_function_to_load_the_xray_sdk(
 
 
 def test_the_coordinators_memory_is_a_deployment_setting(default: Synth, variant: Synth) -> None:
-    """Its CPU follows its memory (docs/performance.md, session 18): 256 MB unless set."""
-    assert default.coordinator()["MemorySize"] == 256
+    """Its CPU follows its memory (docs/performance.md, session 19): 1,024 MB unless set, as
+    the AWS simulation deploys it."""
+    from bench.simworld import COORDINATOR_MEMORY, COORDINATOR_TIMEOUT_S
+
+    assert default.coordinator()["MemorySize"] == COORDINATOR_MEMORY == 1024
+    assert default.coordinator()["Timeout"] == COORDINATOR_TIMEOUT_S
     assert variant.coordinator()["MemorySize"] == 1769
 
 

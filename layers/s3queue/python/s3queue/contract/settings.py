@@ -48,8 +48,11 @@ class QueueSettings:
     """Larger objects go to the DLQ unread by the handler."""
     concurrency: int = 8
     """Reserved concurrency of the worker Lambda (deployment only)."""
-    memory: int = 256
-    """Worker Lambda memory in MB (deployment only)."""
+    memory: int = 1769
+    """Worker Lambda memory in MB (deployment only), and so its CPU: Lambda gives one vCPU at
+    1,769 MB, a share in proportion below. Under load a worker is CPU-bound, so a message costs
+    about the same GB-seconds at any size, and a whole vCPU delivers it sooner
+    (docs/performance.md, session 19)."""
     timeout: int = 60
     """Worker Lambda timeout in seconds (deployment only); at least `visibility_timeout`."""
     rate_limit: int = 0
