@@ -49,7 +49,7 @@ message whose PUT landed late, put by its producer ahead of the cursor; see prod
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from s3queue.contract import names
 from s3queue.errors import InvalidName as InvalidName  # noqa: PLC0414 - re-exported from its old home
@@ -112,15 +112,22 @@ class QueueKeys:
     """Whose messages `msg` and the message helpers below mean: None is the default
     partition (``msg/``), else ``parts/<partition>/`` (a lane's name too: ``acme~9``, ``~9``).
     Every other folder is the queue's."""
+    root: str = field(init=False, repr=False, compare=False)
+    """The queue's folder; it and the three below are built once (a busy coordinator asks for
+    them hundreds of thousands of times a minute)."""
+    parts: str = field(init=False, repr=False, compare=False)
+    """The folder of the named partitions' folders."""
+    inbox: str = field(init=False, repr=False, compare=False)
+    msg: str = field(init=False, repr=False, compare=False)
+    """The folder of `partition`'s messages."""
 
-    @property
-    def root(self) -> str:
-        return names.queue_root(self.prefix, self.queue)
-
-    @property
-    def parts(self) -> str:
-        """The folder of the named partitions' folders."""
-        return self.root + names.PARTS
+    def __post_init__(self) -> None:
+        root = names.queue_root(self.prefix, self.queue)
+        parts = root + names.PARTS
+        msg = root + names.MSG if self.partition is None else f"{parts}{self.partition}/"
+        for name, value in (("root", root), ("parts", parts), ("inbox", root + names.INBOX)):
+            object.__setattr__(self, name, value)  # frozen: set once, here
+        object.__setattr__(self, "msg", msg)
 
     def partitioned(self, partition: str | None) -> QueueKeys:
         """These keys with `msg` in `partition`'s folder (None: the default partition)."""
@@ -190,16 +197,6 @@ class QueueKeys:
         them all (``~`` sorts after digits), so the LIST of tickets that starts every tick
         shows whether it changed, at no extra request. Never a ticket, nor work."""
         return self.tickets + "~controls"
-
-    @property
-    def inbox(self) -> str:
-        return self.root + names.INBOX
-
-    @property
-    def msg(self) -> str:
-        if self.partition is None:
-            return self.root + names.MSG
-        return f"{self.parts}{self.partition}/"
 
     @property
     def tickets(self) -> str:

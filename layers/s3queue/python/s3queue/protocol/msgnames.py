@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import re
 from dataclasses import dataclass
 
@@ -69,8 +70,11 @@ def _decode_group(text: str) -> str:
     return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4)).decode()
 
 
+@functools.lru_cache(maxsize=16_384)
 def parse_msg_name(name: str) -> MsgKey | None:
-    """The key's fields, or None for a name the library did not write (a foreign object)."""
+    """The key's fields, or None for a name the library did not write (a foreign object).
+    Remembered (a `MsgKey` is immutable): a coordinator meets each pending name in several
+    LISTs and again in the ticket that carries it, about 3.4 parses a message without this."""
     match = _MSG.match(name)
     if not match:
         return None
