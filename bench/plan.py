@@ -105,7 +105,8 @@ class Plan:
     aws_sim_packed_variant_seconds: float = 5.0
     """The window of a ``packed:`` variant, after the usual warm-up (100,000 a second)."""
     aws_sim_cpu_scale: float = 1.0
-    """Virtual seconds charged per second of this machine's CPU the simulated code spends."""
+    """Virtual seconds charged per second of this machine's CPU the simulated code spends on a
+    whole vCPU (`Model.cpu_scale`); a function's container gets its memory's share of one."""
     aws_sim_overload_offered: float = 5_000.0
     """`enqueue`s a second offered on one queue, above S3's 3,500 writes/s per prefix."""
     aws_sim_overload_seconds: float = 14.0

@@ -106,7 +106,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         "--sim-variants", help="aws_sim: more capacity points, ';'-separated settings"
     )
     parser.add_argument(
-        "--sim-cpu-scale", type=float, help="aws_sim: virtual s per CPU s of the code (1.0)"
+        "--sim-cpu-scale", type=float, help="aws_sim: virtual s per vCPU s of the code (1.0)"
     )
     parser.add_argument(
         "--sim-group",
