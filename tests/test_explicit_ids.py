@@ -192,3 +192,29 @@ def test_an_id_handled_then_purged_before_its_apply_stays_handled(
     h.queue.enqueue("once", id="e1")
     h.drain(handler)
     assert handler.bodies() == ["once"]
+
+
+def test_an_id_whose_retry_copy_was_purged_runs_when_enqueued_again(backend: Storage) -> None:
+    """A chaos soak (`--profile shards`, seed 1964): an explicit id's handler failed, its retry
+    copy was purged (a copy becomes a tombstone, so a late applier cannot create it again),
+    and the id's enqueue afterwards found the tombstone at its marker's key and took it for
+    the message: acknowledged, never run. After a purge an id goes back, copy or original."""
+    h = Harness(storage=backend)
+    h.queue.enqueue("again", id="r1")
+    h.tick()
+    h.work(Recorder(fail=lambda m: RuntimeError("fails once")))
+    [copy] = h.keys("msg/")
+    assert copy.rsplit("/", 1)[-1].startswith(tuple("0123456789")) and "~o" in copy
+    # WHEN the operator purges the queue: the retry copy becomes a tombstone
+    assert h.queue.purge() == 1
+    assert h.keys("msg/") == [] and h.keys("msg/", tombstones=True) == [copy]
+    # AND the producer enqueues the id again, message and file alike
+    assert not h.queue.writer.enqueued("r1")
+    h.queue.enqueue("again", id="r1")
+    # THEN it runs, once, and the id is handled for good
+    handler = Recorder()
+    h.drain(handler)
+    assert handler.bodies() == ["again"]
+    h.queue.enqueue("again", id="r1")
+    h.drain(handler)
+    assert handler.bodies() == ["again"]

@@ -34,7 +34,8 @@ def purge(storage: Storage, keys: QueueKeys, *, include_dlq: bool = False) -> in
       foreign key PUT again), or a late zombie DELETE, takes nothing it did not list;
     - tombstones stay: they keep a late applier from creating a consumed copy again;
     - dedup markers stay: a purged id's marker still names its key, so enqueueing the id again
-      puts the message back there (writer.py: `put_once`), while a handled id stays handled;
+      puts the message back there, over a copy's tombstone too (writer.py: `put_once`), while
+      a handled id stays handled;
     - a stored payload goes with the record purge deleted that named it (a GET per record,
       paid only when the queue has any under ``blobs/``); any other (a message on its way, in
       flight, or a dead producer's upload: ``s3queue gc``) stays.

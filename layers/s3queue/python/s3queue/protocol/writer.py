@@ -61,9 +61,10 @@ class Writer:
         if found is None:
             return False
         marker = found.marker
-        return marker.final or (
-            marker.key is not None and self.storage.head(marker.key) is not None
-        )
+        if marker.final or marker.key is None:
+            return marker.final
+        head = self.storage.head(marker.key)
+        return head is not None and not self.keys.is_tombstone(marker.key, head.size)
 
     def send_one(self, keys: QueueKeys, record: Record, delay_ms: int, now: int) -> bool:
         """`key_for`, `encode` and `put_one`: see `put_one`."""
@@ -154,7 +155,9 @@ class Writer:
         (If-None-Match: a no-op when it is there). Should it be handled and deleted between our
         read of the marker and that PUT, the worker finds the marker done and skips it; should
         it move on (a retry or released copy, a redrive), the marker names its new key and the
-        worker skips the re-created one too (`markers.may_run`).
+        worker skips the re-created one too (`markers.may_run`). A purge leaves the marker and
+        deletes the message, or tombstones it if it is a copy (purging.py): the message goes
+        back at the marker's key either way (`_over_tombstone`).
         """
         full = keys.msg_key(key)
         try:
@@ -170,6 +173,21 @@ class Writer:
                 keys, key = owner, parsed
         try:
             self.create(full, data)
-        except Conflict:  # the first enqueue's message is there
-            return keys, key, False
+        except Conflict:  # the first enqueue's message is there, or a purged copy's tombstone
+            if not self._over_tombstone(full, data):
+                return keys, key, False
         return keys, key, True
+
+    def _over_tombstone(self, key: str, data: tuple[bytes, str]) -> bool:
+        """Put `data` over a tombstone at `key` (If-Match its version): whether it went in.
+        With an id's marker not final, a tombstone at its key is a purged copy's (apply moves
+        the marker on, or marks it done, before it retires a copy), so the id is not handled
+        and its message was purged. A late applier of that copy still finds the key taken."""
+        head = self.storage.head(key)
+        if head is None or not self.keys.is_tombstone(key, head.size):
+            return False
+        try:
+            self.storage.put(key, data[0], if_match=head.etag, token=data[1])
+        except Conflict:  # changed since the HEAD: someone else's write, not ours to replace
+            return False
+        return True
