@@ -30,6 +30,10 @@ SETTINGS = "concurrency=64,max_in_flight_tickets=64,max_batch_size=1000,ticket_s
 `max_in_flight_tickets`, 32, would cap them), tickets grown up to 1,000 messages and about
 5 s of life each (a ticket's fixed part, ~1-1.5 s on AWS, leaves the default 2 s little room
 for messages: tickets stayed near 150). The defaults deliver about 1,000 a second."""
+COORDINATOR_MEMORY = 1_769
+"""...and deployed with ``-c s3queue:coordinatorMemory=1769``: one leader dispatches every
+shard's messages, and at 1,024 MB (the default) its CPU held the queue to about 6,500 a second
+(docs/performance.md, session 19)."""
 PRODUCERS = 1_000
 """Producer actors: 400 (the simulation's default) make at most ~9,500 enqueues a second."""
 
@@ -59,7 +63,12 @@ def one(
         model = replace(model, s3=replace(model.s3, presplit=split_points("q00", shards)))
     settings: QueueSettings = aws_sim.settings_from(SETTINGS)
     config = WorldConfig(
-        settings=settings, shards=shards, seed=seed, producers=PRODUCERS, pacing=pacing
+        settings=settings,
+        shards=shards,
+        seed=seed,
+        producers=PRODUCERS,
+        pacing=pacing,
+        coordinator_memory=COORDINATOR_MEMORY,
     )
     world = World(config, model)
     world.produce(calls_per_s=offered, pack=1, start_s=0, end_s=seconds)
@@ -98,7 +107,13 @@ def steady(shards: int, rate: float, seconds: float, warmup: float, *, seed: int
     model: Model = replace(AWS, cpu_scale=DEFAULT.aws_sim_cpu_scale)
     model = replace(model, s3=replace(model.s3, presplit=split_points("q00", shards)))
     settings = aws_sim.settings_from(SETTINGS)
-    config = WorldConfig(settings=settings, shards=shards, seed=seed, producers=PRODUCERS)
+    config = WorldConfig(
+        settings=settings,
+        shards=shards,
+        seed=seed,
+        producers=PRODUCERS,
+        coordinator_memory=COORDINATOR_MEMORY,
+    )
     world = World(config, model)
     world.produce(calls_per_s=rate, pack=1, start_s=0, end_s=seconds)
     try:
@@ -158,7 +173,7 @@ def runs(
         "offered_per_s": offered,
         "seconds": seconds,
         "starts_counted_from_s": warmup,
-        "settings": SETTINGS,
+        "settings": f"{SETTINGS}, coordinator {COORDINATOR_MEMORY} MB",
         "seeds": seeds,
         "pacing": pacing,
     }

@@ -103,6 +103,8 @@ class WorldConfig:
     schedule_offset_s: float = 2.0
     """When the first scheduled coordinator run fires (virtual seconds from the start)."""
     seed: int = 13
+    coordinator_memory: int = COORDINATOR_MEMORY
+    """The coordinator function's MB (`s3queue:coordinatorMemory`), and so its CPU."""
     adaptive_producers: bool = True
     """Producers enqueue through one client per queue (one service process) that paces itself
     (`pacing`); False: through plain clients that do not."""
@@ -161,7 +163,7 @@ class World:
                 "coordinator",
                 self._coordinate,
                 self._coordinator_container,
-                COORDINATOR_MEMORY,
+                self.config.coordinator_memory,
                 COORDINATOR_TIMEOUT_S,
                 COORDINATOR_CONCURRENCY,
                 COORDINATOR_EVENT_AGE_S,

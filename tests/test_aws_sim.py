@@ -632,3 +632,14 @@ def test_a_sim_lock_held_across_a_virtual_wait_makes_the_next_actor_wait_not_the
     kernel.stop()
     # THEN the second held it only after the first let go
     assert [h[0] for h in held] == ["a", "b"] and held[1][1] >= held[0][2] == 50.0
+
+
+def test_a_world_deploys_its_coordinator_at_the_memory_it_is_given() -> None:
+    from bench.simworld import COORDINATOR_MEMORY, World, WorldConfig
+
+    for memory in (COORDINATOR_MEMORY, simshards.COORDINATOR_MEMORY):
+        world = World(WorldConfig(coordinator_memory=memory), AWS)
+        try:
+            assert world.lam.functions["coordinator"].memory_mb == memory
+        finally:
+            world.stop()
