@@ -174,15 +174,17 @@ class Writer:
         try:
             self.create(full, data)
         except Conflict:  # the first enqueue's message is there, or a purged copy's tombstone
-            if not self._over_tombstone(full, data):
+            if key.origin is None or not self._over_tombstone(full, data):
                 return keys, key, False
         return keys, key, True
 
     def _over_tombstone(self, key: str, data: tuple[bytes, str]) -> bool:
-        """Put `data` over a tombstone at `key` (If-Match its version): whether it went in.
-        With an id's marker not final, a tombstone at its key is a purged copy's (apply moves
-        the marker on, or marks it done, before it retires a copy), so the id is not handled
-        and its message was purged. A late applier of that copy still finds the key taken."""
+        """Put `data` over a tombstone at a copy's `key` (If-Match its version): whether it
+        went in. With an id's marker not final, a tombstone at its key is a purge's (apply
+        moves the marker on, or marks it done, before it retires a copy), so the id is not
+        handled and its message was purged. A late applier of that copy still finds the key
+        taken. Only copies are tombstoned (an original is deleted): a repeated enqueue of an
+        original pays no HEAD."""
         head = self.storage.head(key)
         if head is None or not self.keys.is_tombstone(key, head.size):
             return False
