@@ -46,18 +46,10 @@ def split_points(queue: str, shards: int) -> tuple[str, ...]:
     return (*folders, keys.tickets, keys.lease)
 
 
-def one(
-    shards: int,
-    offered: float,
-    seconds: float,
-    warmup: float,
-    *,
-    split: bool,
-    seed: int,
-    pacing: Pacing = "s3queue",
-) -> dict[str, Any]:
-    """`offered` single enqueues a second for `seconds` (virtual); starts after `warmup`;
-    the producers' shared client paced as `pacing` says."""
+def _world(
+    shards: int, seed: int, *, split: bool, pacing: Pacing = "s3queue"
+) -> tuple[Model, World]:
+    """The sharded queue's world (`SETTINGS`, `COORDINATOR_MEMORY`), S3 split or not."""
     model: Model = replace(AWS, cpu_scale=DEFAULT.aws_sim_cpu_scale)
     if split:
         model = replace(model, s3=replace(model.s3, presplit=split_points("q00", shards)))
@@ -70,7 +62,22 @@ def one(
         pacing=pacing,
         coordinator_memory=COORDINATOR_MEMORY,
     )
-    world = World(config, model)
+    return model, World(config, model)
+
+
+def one(
+    shards: int,
+    offered: float,
+    seconds: float,
+    warmup: float,
+    *,
+    split: bool,
+    seed: int,
+    pacing: Pacing = "s3queue",
+) -> dict[str, Any]:
+    """`offered` single enqueues a second for `seconds` (virtual); starts after `warmup`;
+    the producers' shared client paced as `pacing` says."""
+    model, world = _world(shards, seed, split=split, pacing=pacing)
     world.produce(calls_per_s=offered, pack=1, start_s=0, end_s=seconds)
     try:
         world.run_until(warmup)
@@ -104,17 +111,7 @@ def steady(shards: int, rate: float, seconds: float, warmup: float, *, seed: int
     started: what a message costs when the queue keeps up (every request of the run over every
     message, so no backlog is priced at its enqueue alone), handler starts a second from
     `warmup` to the end of the offer, and enqueue-to-start latency."""
-    model: Model = replace(AWS, cpu_scale=DEFAULT.aws_sim_cpu_scale)
-    model = replace(model, s3=replace(model.s3, presplit=split_points("q00", shards)))
-    settings = aws_sim.settings_from(SETTINGS)
-    config = WorldConfig(
-        settings=settings,
-        shards=shards,
-        seed=seed,
-        producers=PRODUCERS,
-        coordinator_memory=COORDINATOR_MEMORY,
-    )
-    world = World(config, model)
+    model, world = _world(shards, seed, split=True)
     world.produce(calls_per_s=rate, pack=1, start_s=0, end_s=seconds)
     try:
         drained = world.drain(seconds)
