@@ -125,9 +125,9 @@ class QueueKeys:
         root = names.queue_root(self.prefix, self.queue)
         parts = root + names.PARTS
         msg = root + names.MSG if self.partition is None else f"{parts}{self.partition}/"
-        for name, value in (("root", root), ("parts", parts), ("inbox", root + names.INBOX)):
+        folders = {"root": root, "parts": parts, "inbox": root + names.INBOX, "msg": msg}
+        for name, value in folders.items():
             object.__setattr__(self, name, value)  # frozen: set once, here
-        object.__setattr__(self, "msg", msg)
 
     def partitioned(self, partition: str | None) -> QueueKeys:
         """These keys with `msg` in `partition`'s folder (None: the default partition)."""
