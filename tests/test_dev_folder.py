@@ -6,13 +6,15 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
 from s3queue.local.dev import DEV_DATA, adopt_nested_data
-from s3queue.local.hosting import PORT_NAME, preferred_port
+from s3queue.local.hosting import PORT_NAME, ports_free, preferred_port
 
 pytestmark = pytest.mark.s3
 
@@ -128,3 +130,19 @@ def test_the_port_is_the_folders_own(tmp_path: Path) -> None:
     (two / PORT_NAME).write_text("23456\n")
     assert preferred_port(two) == 23456
     shutil.rmtree(two)
+
+
+def test_a_held_port_is_waited_for_until_its_holder_lets_go() -> None:
+    # GIVEN a port a stopping server's last thread still listens on
+    holder = socket.socket()
+    holder.bind(("127.0.0.1", 0))
+    holder.listen()
+    port = holder.getsockname()[1]
+    # THEN it is not free, waiting or not
+    assert not ports_free((port,))
+    assert not ports_free((port,), wait=0.2)
+    # AND once the holder lets go it is, and a waiter sees it within its wait
+    released = threading.Timer(0.2, holder.close)
+    released.start()
+    assert ports_free((port,), wait=30)
+    released.join()

@@ -184,6 +184,21 @@ def is_free(port: int) -> bool:
         return True
 
 
+def ports_free(ports: tuple[int, ...], *, wait: float = 0.0) -> bool:
+    """Whether all `ports` are free, polling up to `wait` seconds (bounded start-up polling).
+
+    A server's process can look gone (on Linux its command line empties when its main thread
+    exits) while its other threads still hold its sockets: after a stale server stops, its
+    ports free up a moment later, later still on a loaded machine.
+    """
+    deadline = time.monotonic() + wait
+    while not all(is_free(port) for port in ports):
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
 def answers(url: str) -> bool:
     """True once anything answers HTTP at `url` (an error status is an answer)."""
     try:

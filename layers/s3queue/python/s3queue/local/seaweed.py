@@ -33,10 +33,11 @@ from typing import IO, Any
 from s3queue.local.hosting import (
     GRPC_OFFSET,
     PORT_NAMES,
+    STALE_WAIT,
     DataDirLock,
     answers,
-    is_free,
     pick_ports,
+    ports_free,
     preferred_port,
     remember_port,
     stop_stale_server,
@@ -110,9 +111,8 @@ class EmbeddedS3:
             wanted = self._s3_port
             if not self._owns_dir:
                 stale = self._lock.take(self._data_dir)
-                if stale is not None:
-                    stop_stale_server(stale, self._data_dir)
-                wanted = wanted or self._kept_port()
+                stopped = stale is not None and stop_stale_server(stale, self._data_dir)
+                wanted = wanted or self._kept_port(wait=STALE_WAIT if stopped else 0.0)
             self._launch(binary, wanted, retry=wanted is None or wanted != self._s3_port)
             assert self._process is not None
             self._lock.record(self.endpoint_url, self._process.pid)
@@ -125,11 +125,12 @@ class EmbeddedS3:
             raise
         return self
 
-    def _kept_port(self) -> int | None:
-        """The kept data directory's S3 port, when it and its gRPC port are free."""
+    def _kept_port(self, *, wait: float) -> int | None:
+        """The kept data directory's S3 port, when it and its gRPC port are free (within
+        `wait` seconds: a stopped server's last threads may still hold them)."""
         assert self._data_dir is not None
         port = preferred_port(self._data_dir)
-        return port if is_free(port) and is_free(port + GRPC_OFFSET) else None
+        return port if ports_free((port, port + GRPC_OFFSET), wait=wait) else None
 
     def _launch(self, binary: str, s3_port: int | None, *, retry: bool) -> None:
         # A port picked free can be taken before the server binds it, and the server then
