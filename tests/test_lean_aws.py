@@ -74,8 +74,30 @@ def test_answers_and_errors_are_botocores(region: str, bucket: str, aws: None) -
             ("delete_object", {"Key": key, "IfMatch": '"0"'}),
         ]:
             assert _error(hot, call, bucket, params) == _error(slow, call, bucket, params)
+        # AND its LISTs are botocore's: keys, pages, a start after a key, folders
+        for params in (
+            {"Prefix": ""},
+            {"Prefix": key[:3], "MaxKeys": 1},
+            {"Prefix": "", "StartAfter": key},
+            {"Prefix": "", "Delimiter": "/"},
+        ):
+            assert _list(hot, bucket, params) == _list(slow, bucket, params)
         hot.delete_object(Bucket=bucket, Key=key, IfMatch=etag)
         assert _error(slow, "head_object", bucket, {"Key": key}) == ("404", 404)
+    missing = endpoints.lean_path(fast, "no-such-bucket-here")
+    assert missing is not None
+    theirs = _error(slow, "list_objects_v2", "no-such-bucket-here", {})
+    assert _error(missing, "list_objects_v2", "no-such-bucket-here", {}) == theirs
+
+
+def _list(client: Any, bucket: str, params: dict[str, Any]) -> tuple[Any, ...]:
+    answer = client.list_objects_v2(Bucket=bucket, **params)
+    contents = [
+        (c["Key"], c["ETag"], c["Size"], c["LastModified"]) for c in answer.get("Contents", [])
+    ]
+    prefixes = [p["Prefix"] for p in answer.get("CommonPrefixes", [])]
+    token = answer.get("NextContinuationToken") is not None
+    return contents, prefixes, answer["IsTruncated"], token
 
 
 def _fields(answer: dict[str, Any]) -> tuple[Any, ...]:

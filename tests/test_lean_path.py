@@ -25,6 +25,7 @@ from s3queue.errors import Throttled
 from s3queue.local.seaweed import EmbeddedS3
 from s3queue.storage import lean
 from s3queue.storage.clients import make_client
+from s3queue.storage.listing import list_query
 from s3queue.storage.s3 import S3Storage
 
 pytestmark = pytest.mark.s3
@@ -67,6 +68,21 @@ def test_the_signature_is_botocores(
     assert bucket.host == "127.0.0.1:9000"
 
 
+@pytest.mark.parametrize("token", [None, "session-token"])
+def test_a_lists_signature_is_botocores(token: str | None, monkeypatch: pytest.MonkeyPatch) -> None:
+    # GIVEN a LIST with odd values in its query, signed by botocore and by the lean signer
+    credentials = Credentials("AKID", "secret", token)
+    bucket = lean.bucket_path(_registered_stub(credentials), "bkt")
+    assert bucket is not None
+    params = {"Prefix": KEYS[1], "StartAfter": KEYS[2], "MaxKeys": 7, "Delimiter": "/"}
+    ours = bucket.prepare("GET", "/bkt", {}, b"", WHEN, query=list_query(params))
+    theirs = AWSRequest("GET", ours.url, {})
+    monkeypatch.setattr(botocore.auth, "get_current_datetime", lambda: WHEN.replace(tzinfo=None))
+    S3SigV4Auth(credentials, "s3", "eu-west-1").add_auth(theirs)
+    # THEN the Authorization headers are equal
+    assert ours.headers["Authorization"] == theirs.headers["Authorization"]
+
+
 def _registered_stub(credentials: Credentials) -> Any:
     client = make_client("http://127.0.0.1:9000", "eu-west-1", credentials=("a", "b"))
     lean.register(client, lean.Settings(credentials, "http://127.0.0.1:9000", "eu-west-1", 1))
@@ -97,6 +113,7 @@ def test_a_server_that_checks_signatures_accepts_every_call(secured: EmbeddedS3)
         )
         assert got is not None and got.body == b"body2" and got.etag == etag
         assert head is not None and head.token == "t2" and head.size == 5
+        assert [e.key for e in fast.list(key).entries] == [key]  # a LIST, signed lean
         fast.delete(key, if_match=etag)
         assert slow.head(key) is None and fast.get(key) is None
 
@@ -140,3 +157,39 @@ def test_only_the_clients_make_client_builds_go_lean() -> None:
     assert lean.bucket_path(adaptive, "b") is None  # its rate limiter lives in botocore's retries
     aws = make_client(region="us-east-1", credentials=("a", "b"))
     assert lean.bucket_path(aws, "b") is None  # AWS's endpoints: learned (test_lean_aws.py)
+
+
+def test_a_list_goes_lean_and_answers_as_botocores(
+    seaweed: EmbeddedS3, bucket: str, injector: Callable[..., Any]
+) -> None:
+    # GIVEN odd keys (spaces, plus, non-ASCII, percent, ampersand) in folders, and two clients
+    client = seaweed.make_client()
+    fast, slow = S3Storage(client, bucket), S3Storage(seaweed.make_client(lean=False), bucket)
+    keys = [f"{folder}/{key}" for folder in ("f a", "f+b", "fü") for key in KEYS]
+    for key in keys:
+        fast.put(key, b"x" * len(key))
+    sent: list[str] = []
+    client.meta.events.register("before-send.s3", lambda request, **_: sent.append(request.url))
+    # WHEN the same LISTs go the lean way and botocore's: whole, in pages, after a key, folders
+    for prefix in ("", "f a/", "f+b/", "fü/"):
+        assert _listed(fast, prefix) == _listed(slow, prefix)
+        for after in keys:
+            assert _listed(fast, prefix, after, 2) == _listed(slow, prefix, after, 2)
+    assert fast.list_folders("") == slow.list_folders("") == ("f a/", "f+b/", "fü/")
+    # THEN each answer is botocore's, and the lean client sent every LIST itself (its query
+    # in canonical order; botocore's starts with list-type)
+    names = [[part.split("=")[0] for part in url.split("?")[1].split("&")] for url in sent]
+    assert names and all(n == sorted(n) and n[0] != "list-type" for n in names)
+    assert len(_listed(fast, "")[0]) == len(keys)
+    # AND a body cut short is retried (a 500), never read as a shorter list
+    whole = _listed(fast, "")
+    cut = injector(client, "ListObjectsV2", 200, body="<ListBucketResult><Contents><Key>a")
+    assert _listed(fast, "") == whole and cut.injected == 1
+
+
+def _listed(
+    store: S3Storage, prefix: str, after: str | None = None, limit: int = 1000
+) -> tuple[list[tuple[str, str, int, int]], bool]:
+    page = store.list(prefix, start_after=after, limit=limit)
+    entries = [(e.key, e.etag, e.size, e.last_modified_ms) for e in page.entries]
+    return entries, page.truncated

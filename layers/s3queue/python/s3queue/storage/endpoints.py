@@ -5,11 +5,12 @@ On AWS, botocore's endpoint ruleset decides a bucket's URL (virtual-hosted, or p
 name with dots; FIPS, dual-stack, partitions, access points, S3 Express) and its auth schemes
 decide the signing (SigV4 for ``s3``, SigV4a, S3 Express session tokens, Object Lambda's own
 signing name). So `learn` asks botocore, once per client and bucket: it has the client prepare
-each of the four hot calls on a probe key through its whole pipeline (the ruleset, the auth
-schemes, the checksum config, every hook a caller registered), stops each request once signed,
-before it is sent (no request leaves the process), and prepares the same call by the lean path
-at the same time. The lean path is taken only if all four agree: the same method and URL (the
-bucket's base + the quoted key), the same headers but botocore's informational ones
+each of the four hot calls of one key on a probe key, and a LIST with it as prefix, through its
+whole pipeline (the ruleset, the auth schemes, the checksum config, every hook a caller
+registered), stops each request once signed, before it is sent (no request leaves the
+process), and prepares the same call by the lean path at the same time. The lean path is
+taken only if all five agree: the same method and URL (the bucket's base + the quoted key; a
+LIST's query as a set of names and values), the same headers but botocore's informational ones
 (`INFORMATIONAL`), and the same signature: plain SigV4 for ``s3``, in the region botocore signs
 for, with the same credentials and payload hash. Anything else fails a comparison and keeps
 botocore's path: an S3 Express bucket, an access point or Object Lambda ARN, a multi-region
@@ -24,7 +25,7 @@ import threading
 import weakref
 from datetime import UTC, datetime
 from typing import Any, NoReturn
-from urllib.parse import quote, urlsplit
+from urllib.parse import parse_qsl, quote, urlsplit
 
 from s3queue.storage.lean import LeanBucket, Settings, bucket_path, host_of, registered
 
@@ -32,10 +33,14 @@ PROBE_KEY = "s3queue-lean-probe/ü ~+=&;(x)"
 """The key the calls are prepared for (never sent): characters that quoting could get wrong."""
 
 PROBES: tuple[tuple[str, dict[str, Any]], ...] = (
-    ("get_object", {"IfMatch": '"probe"'}),
-    ("head_object", {}),
-    ("put_object", {"Body": b"probe", "IfNoneMatch": "*", "Metadata": {"s3q-token": "t"}}),
-    ("delete_object", {"IfMatch": '"probe"'}),
+    ("get_object", {"Key": PROBE_KEY, "IfMatch": '"probe"'}),
+    ("head_object", {"Key": PROBE_KEY}),
+    (
+        "put_object",
+        {"Key": PROBE_KEY, "Body": b"probe", "IfNoneMatch": "*", "Metadata": {"s3q-token": "t"}},
+    ),
+    ("delete_object", {"Key": PROBE_KEY, "IfMatch": '"probe"'}),
+    ("list_objects_v2", {"Prefix": PROBE_KEY, "StartAfter": PROBE_KEY, "MaxKeys": 1000}),
 )
 """Each hot call, with the parameters `S3Storage` gives it."""
 
@@ -77,9 +82,15 @@ class _Preparing(LeanBucket):
     now: datetime | None = None
 
     def _send(
-        self, operation: str, method: str, path: str, headers: dict[str, str], body: bytes
+        self,
+        operation: str,
+        method: str,
+        path: str,
+        headers: dict[str, str],
+        body: bytes,
+        query: str = "",
     ) -> NoReturn:
-        raise _Captured(self.prepare(method, path, headers, body, self.now))
+        raise _Captured(self.prepare(method, path, headers, body, self.now, query=query))
 
 
 def learn(client: Any, bucket: str, settings: Settings, session: Any) -> LeanBucket | None:
@@ -113,7 +124,7 @@ def learn(client: Any, bucket: str, settings: Settings, session: Any) -> LeanBuc
         probe.now = datetime.strptime(_header(their, "X-Amz-Date"), "%Y%m%dT%H%M%SZ")
         probe.now = probe.now.replace(tzinfo=UTC)
         try:
-            getattr(probe, name)(Bucket=bucket, Key=PROBE_KEY, **params)
+            getattr(probe, name)(Bucket=bucket, **params)
             return None
         except _Captured as captured:
             if _sent(captured.request) != _sent(their):
@@ -126,7 +137,7 @@ def _botocore_request(client: Any, bucket: str, name: str, params: dict[str, Any
     client.meta.events.register_last("request-created.s3", _capture, unique_id="s3queue-lean-probe")
     _capturing.on = True
     try:
-        getattr(client, name)(Bucket=bucket, Key=PROBE_KEY, **params)
+        getattr(client, name)(Bucket=bucket, **params)
     except _Captured as captured:
         return captured.request
     except Exception:  # noqa: BLE001 (no credentials, a refused hook...: botocore's path)
@@ -152,15 +163,17 @@ def _scope(request: Any) -> str | None:
     return scope[2]
 
 
-def _sent(request: Any) -> tuple[str, str, dict[str, str]]:
+def _sent(request: Any) -> tuple[str, str, list[tuple[str, str]], dict[str, str]]:
     """What S3 sees of a request, but for `INFORMATIONAL` headers (the body, by its hash in
-    ``X-Amz-Content-SHA256``)."""
+    ``X-Amz-Content-SHA256``): its query as a set of names and values (the signature, compared
+    too, covers their canonical form)."""
     headers = {
         str(name).lower(): _text(value)
         for name, value in request.headers.items()
         if str(name).lower() not in INFORMATIONAL
     }
-    return request.method, request.url, headers
+    url, _, query = request.url.partition("?")
+    return request.method, url, sorted(parse_qsl(query, keep_blank_values=True)), headers
 
 
 def _header(request: Any, name: str) -> str:

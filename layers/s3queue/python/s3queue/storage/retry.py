@@ -35,7 +35,11 @@ Sleep = Callable[[float], None]
 
 _CREDENTIAL_ERRORS = (NoCredentialsError, PartialCredentialsError, CredentialRetrievalError)
 _TRANSPORT_ERRORS = (TransportError, HTTPClientError, IncompleteReadError)
-_LEAN = {"head_object": {"Key"}, "delete_object": {"Key", "IfMatch"}}
+_LEAN = {
+    "head_object": {"Key"},
+    "delete_object": {"Key", "IfMatch"},
+    "list_objects_v2": {"Prefix", "MaxKeys", "StartAfter", "Delimiter", "ContinuationToken"},
+}
 """The calls `call` sends by the lean path, with the parameters it takes (any other goes by
 botocore's path: a ranged GET of `transfers.py`, a copy)."""
 

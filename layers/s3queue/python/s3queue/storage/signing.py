@@ -8,6 +8,7 @@ import hmac
 import threading
 from datetime import UTC, datetime
 from typing import Any
+from urllib.parse import quote
 
 EMPTY_SHA256 = hashlib.sha256(b"").hexdigest()
 """The payload hash of a bodiless request."""
@@ -32,8 +33,11 @@ class Signer:
         payload: str,
         credentials: Any,
         now: datetime | None = None,
+        query: str = "",
     ) -> None:
-        """Add ``X-Amz-Date``, ``X-Amz-Content-SHA256``, the token, and ``Authorization``."""
+        """Add ``X-Amz-Date``, ``X-Amz-Content-SHA256``, the token, and ``Authorization``.
+        `query`: the canonical query string (names sorted, names and values encoded as
+        `canonical_query` does), sent as it is signed."""
         stamp = (now or datetime.now(UTC)).strftime("%Y%m%dT%H%M%SZ")
         day = stamp[:8]
         headers["X-Amz-Date"] = stamp
@@ -45,7 +49,8 @@ class Signer:
             if name != "Content-Length":
                 signed[name.lower()] = " ".join(str(value).split())
         names = sorted(signed)
-        canonical = "\n".join([method, path, "", *(f"{name}:{signed[name]}" for name in names), ""])
+        lines = (f"{name}:{signed[name]}" for name in names)
+        canonical = "\n".join([method, path, query, *lines, ""])
         listed = ";".join(names)
         scope = f"{day}/{self.region}/s3/aws4_request"
         digest = hashlib.sha256(f"{canonical}\n{listed}\n{payload}".encode()).hexdigest()
@@ -69,3 +74,12 @@ class Signer:
                 self._keys.clear()
             self._keys[(secret, day)] = key
         return key
+
+
+def canonical_query(params: dict[str, str]) -> str:
+    """A query string as SigV4 canonicalises it: names sorted, names and values encoded with
+    only ``A-Z a-z 0-9 - _ . ~`` left as they are."""
+    return "&".join(
+        f"{quote(name, safe='-_.~')}={quote(value, safe='-_.~')}"
+        for name, value in sorted(params.items())
+    )
