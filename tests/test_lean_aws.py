@@ -221,6 +221,34 @@ def test_what_botocore_sends_otherwise_keeps_its_path() -> None:
         lambda params, **_: params["headers"].update({"x-amz-expected-bucket-owner": "1"}),
     )
     assert endpoints.lean_path(hooked, "bkt") is None
+    # ... to a LIST alone: the other calls go lean, a LIST by botocore's path
+    hooked = make_client(region="us-east-1", credentials=("AKID", "secret"))
+    hooked.meta.events.register(
+        "before-call.s3.ListObjectsV2",
+        lambda params, **_: params["headers"].update({"x-amz-expected-bucket-owner": "1"}),
+    )
+    learned = endpoints.lean_path(hooked, "bkt")
+    assert learned is not None and not learned.lists
+    assert endpoints.lean_path(_registered(plain), "bkt2").lists  # type: ignore[union-attr]
+
+
+def test_a_list_botocore_prepares_otherwise_goes_its_way(aws: None) -> None:
+    # GIVEN a bucket whose LISTs botocore prepares otherwise than the lean path would
+    client = make_client(region="us-east-1", credentials=("AKID", "secret"))
+    client.meta.events.register(
+        "before-call.s3.ListObjectsV2",
+        lambda params, **_: params["headers"].update({"x-amz-request-payer": "requester"}),
+    )
+    S3Storage(client, "bkt").create_bucket()
+    sent: list[str] = []
+    client.meta.events.register("before-send.s3", lambda request, **_: sent.append(request.url))
+    # WHEN S3Storage puts and lists through it
+    store = S3Storage(client, "bkt")
+    store.put("k", b"x")
+    # THEN the PUT went lean and the LIST by botocore's path, with its header, and answered
+    assert [e.key for e in store.list("").entries] == ["k"]
+    assert store._lean is not None and not store._lean.lists
+    assert sent[-1].split("?")[1].startswith("list-type=2")  # botocore's order, not canonical
 
 
 def test_a_bucket_in_another_region_goes_back_to_botocore(aws: None) -> None:

@@ -118,18 +118,26 @@ def learn(client: Any, bucket: str, settings: Settings, session: Any) -> LeanBuc
         "fallback": client,
     }
     probe = _Preparing(**fields)
-    for (name, params), their in zip(PROBES, theirs, strict=True):
-        if their is None:
-            return None
-        probe.now = datetime.strptime(_header(their, "X-Amz-Date"), "%Y%m%dT%H%M%SZ")
-        probe.now = probe.now.replace(tzinfo=UTC)
-        try:
-            getattr(probe, name)(Bucket=bucket, **params)
-            return None
-        except _Captured as captured:
-            if _sent(captured.request) != _sent(their):
-                return None
-    return LeanBucket(**fields)
+    agree = [
+        _agrees(probe, bucket, name, params, their)
+        for (name, params), their in zip(PROBES, theirs, strict=True)
+    ]
+    if not all(agree[:-1]):
+        return None
+    return LeanBucket(**fields, lists=agree[-1])  # a LIST that differs: botocore's, alone
+
+
+def _agrees(probe: _Preparing, bucket: str, name: str, params: dict[str, Any], their: Any) -> bool:
+    """Whether the lean path prepares what botocore prepared (`their`) for one call."""
+    if their is None:
+        return False
+    probe.now = datetime.strptime(_header(their, "X-Amz-Date"), "%Y%m%dT%H%M%SZ")
+    probe.now = probe.now.replace(tzinfo=UTC)
+    try:
+        getattr(probe, name)(Bucket=bucket, **params)
+    except _Captured as captured:
+        return _sent(captured.request) == _sent(their)
+    return False
 
 
 def _botocore_request(client: Any, bucket: str, name: str, params: dict[str, Any]) -> Any:

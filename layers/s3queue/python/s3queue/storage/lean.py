@@ -45,7 +45,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 from botocore.retries.standard import ExponentialBackoff, RetryContext, StandardRetryConditions
 from botocore.utils import parse_timestamp
 
-from s3queue.storage.listing import Truncated, list_answer, list_query
+from s3queue.storage.listing import list_query, listed
 from s3queue.storage.responses import timestamp
 from s3queue.storage.sending import TOKEN_METADATA
 from s3queue.storage.signing import EMPTY_SHA256, Signer
@@ -147,6 +147,8 @@ class LeanBucket:
     """On AWS's endpoints: the botocore client a bucket in another region is handed to."""
     moved: bool = False
     """S3 answered that the bucket lives elsewhere: every call goes to `fallback` since."""
+    lists: bool = True
+    """LISTs go lean too (on AWS: only if botocore prepares the same LIST, `endpoints`)."""
     signer: Signer = field(init=False)
     _retryable: StandardRetryConditions = field(init=False)
 
@@ -201,18 +203,12 @@ class LeanBucket:
 
     def list_objects_v2(self, *, Bucket: str, **params: Any) -> dict[str, Any]:
         """A LIST (``Prefix``, ``MaxKeys``, ``StartAfter``, ``Delimiter``,
-        ``ContinuationToken``), its answer read by `listing.list_answer`."""
-        sent = self._call("ListObjectsV2", "GET", None, {}, query=list_query(params))
+        ``ContinuationToken``), its answer read by `listing.listed`."""
+        query = list_query(params)
+        sent = self._call("ListObjectsV2", "GET", None, {}, query=query) if self.lists else None
         if sent is None:
             return self._botocore("list_objects_v2", Bucket=Bucket, **params)
-        response, parsed = sent
-        try:
-            parsed.update(list_answer(response.content))
-        except Truncated as exc:  # a cut body: a 500, which S3Storage retries
-            meta = {**parsed["ResponseMetadata"], "HTTPStatusCode": 500}
-            error = {"Code": "InternalError", "Message": str(exc)}
-            raise ClientError({"Error": error, "ResponseMetadata": meta}, "ListObjectsV2") from exc
-        return parsed
+        return listed(sent[0].content, sent[1])
 
     def _botocore(self, method: str, **params: Any) -> dict[str, Any]:
         """The call by botocore's path (its region redirector follows the bucket)."""

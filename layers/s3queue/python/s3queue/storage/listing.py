@@ -15,6 +15,8 @@ import xml.etree.ElementTree as ET
 from typing import Any
 from urllib.parse import unquote_plus
 
+from botocore.exceptions import ClientError
+
 from s3queue.storage.parsing import parse_time
 from s3queue.storage.signing import canonical_query
 
@@ -38,6 +40,18 @@ def list_query(params: dict[str, Any]) -> str:
     query = {"list-type": "2", "encoding-type": "url"}
     query.update({_QUERY[name]: str(value) for name, value in params.items()})
     return canonical_query(query)
+
+
+def listed(content: bytes, parsed: dict[str, Any]) -> dict[str, Any]:
+    """`parsed` (a 2xx's headers, `lean.answer`) with the body's fields (`list_answer`); a body
+    that is not a whole answer raises a 500, which `S3Storage` retries."""
+    try:
+        parsed.update(list_answer(content))
+    except Truncated as exc:
+        meta = {**parsed["ResponseMetadata"], "HTTPStatusCode": 500}
+        error = {"Code": "InternalError", "Message": str(exc)}
+        raise ClientError({"Error": error, "ResponseMetadata": meta}, "ListObjectsV2") from exc
+    return parsed
 
 
 def list_answer(content: bytes) -> dict[str, Any]:
