@@ -52,8 +52,8 @@ def record_calls(path: str) -> None:
     original = botocore.client.BaseClient._make_api_call
 
     def recorded(client: Any, operation: str, params: dict[str, Any]) -> Any:
-        if params.get("Key") == PROBE_KEY:  # prepared to learn the bucket's URL, never sent
-            return original(client, operation, params)
+        if PROBE_KEY in (params.get("Key"), params.get("Prefix")):  # prepared to learn the
+            return original(client, operation, params)  # bucket's URL, never sent
         kept: dict[str, Any] = {k: params[k] for k in KEPT_PARAMS if k in params}
         if operation == "DeleteObjects":
             kept["Keys"] = [o["Key"] for o in params["Delete"]["Objects"]]
@@ -67,7 +67,7 @@ def record_calls(path: str) -> None:
     # record them where they are made, so that the policy check sees every call.
     from s3queue.storage import lean
 
-    for method in ("get_object", "head_object", "put_object", "delete_object"):
+    for method in ("get_object", "head_object", "put_object", "delete_object", "list_objects_v2"):
         operation = "".join(part.title() for part in method.split("_"))
         setattr(lean.LeanBucket, method, _recording(getattr(lean.LeanBucket, method), operation))
 
@@ -87,7 +87,7 @@ def _recording(call: Any, operation: str) -> Any:
 
     def recorded(self: Any, **params: Any) -> Any:
         kept = {k: params[k] for k in KEPT_PARAMS if k in params}
-        if params.get("Key") == PROBE_KEY:
+        if PROBE_KEY in (params.get("Key"), params.get("Prefix")):
             return call(self, **params)
         for write in lean_calls:
             write({"service": "s3", "operation": operation, "params": kept})
