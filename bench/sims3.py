@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import bisect
 import random
+import time
 from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -324,7 +325,12 @@ class SimS3Client:
                 s3.meter.requests[(self.role, op)] += 1
                 if pacer is not None:
                     pacer.answered(sent, throttled=False)
-                return effect()
+                served = time.thread_time()
+                try:
+                    return effect()
+                finally:  # S3's work, not the caller's: its CPU is given back
+                    # (`client_cpu_ms`, `list_key_cpu_ms` charge what the caller does)
+                    kernel.charge(-(time.thread_time() - served) * 1000)
             kernel.wait(s3.model.slowdown.sample(s3.rng), op)
             if pacer is not None:
                 pacer.answered(sent, throttled=True)
@@ -445,7 +451,10 @@ class SimS3Client:
             ]
             return {"Contents": contents, "IsTruncated": page.truncated}
 
-        return self._request("ListObjectsV2", Prefix, effect)  # type: ignore[no-any-return]
+        answer: dict[str, Any] = self._request("ListObjectsV2", Prefix, effect)
+        listed = len(answer.get("Contents", answer.get("CommonPrefixes", [])))
+        self.s3.kernel.charge(listed * self.s3.model.list_key_cpu_ms)
+        return answer
 
 
 def sim_storage(s3: SimS3, role: str, *, pacing: Pacing = "none") -> S3Storage:

@@ -8,6 +8,7 @@ import contextlib
 import random
 import sys
 import threading
+import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -182,6 +183,42 @@ def test_every_s3_attempt_costs_its_caller_the_client_s_cpu() -> None:
 
         _in_actor(kernel, body)
         assert low <= took[0] <= high + 5.0  # + the simulated client's own Python
+
+
+def test_a_list_costs_its_caller_per_key_and_s3s_own_work_nothing() -> None:
+    free = replace(S3Model(), list=Latency(50, 50), put=Latency(1, 1), client_cpu_ms=0.0)
+    took: dict[float, float] = {}
+    for per_key in (0.0, 1.0):
+        kernel = Kernel(0.0, cpu_scale=1.0)
+        s3 = SimS3(
+            kernel, SimClock(kernel), replace(free, list_key_cpu_ms=per_key), random.Random(1)
+        )
+        for n in range(1000):
+            s3.store.put(f"s3queue/q/msg/{n:04d}", b"x")
+        s3.store.list = _burning(s3.store.list, 20.0)  # type: ignore[method-assign]
+        storage = sim_storage(s3, "coordinator")
+
+        def body(storage: Any = storage, kernel: Kernel = kernel, per_key: float = per_key) -> None:
+            before = kernel.local_ms()
+            assert len(storage.list("s3queue/q/msg/", limit=20).entries) == 20
+            took[per_key] = kernel.local_ms() - before
+
+        _in_actor(kernel, body)
+    # the latency and the simulated client's own Python; not S3's 20 ms to find the keys
+    assert 50.0 <= took[0.0] <= 52.0
+    assert 19.5 <= took[1.0] - took[0.0] <= 22.0  # 20 keys at 1 ms each
+
+
+def _burning(call: Any, ms: float) -> Any:
+    """`call`, spending `ms` of this thread's CPU first (S3's work, in the simulated S3)."""
+
+    def burn(*args: Any, **kwargs: Any) -> Any:
+        until = time.thread_time() + ms / 1000
+        while time.thread_time() < until:
+            pass
+        return call(*args, **kwargs)
+
+    return burn
 
 
 # -- simulated S3 ------------------------------------------------------------------------------
