@@ -307,6 +307,44 @@ class TestLostResponses:
             assert consumer.head("k") is not None
         assert asked == [True]
 
+    @pytest.mark.parametrize("guarded", [True, False])
+    def test_a_create_written_over_before_its_recheck_is_not_sent_again(
+        self, seaweed: EmbeddedS3, bucket: str, injector: Inject, guarded: bool
+    ) -> None:
+        """A SeaweedFS chaos run (`--seed 200702`, network faults): a ticket's create applied,
+        its answer was lost; a pulling worker claimed it (its own token) before the HEAD, then
+        ran and deleted it before the resend, which created the ticket again: a second claim
+        of generation 0 (`double_claim`). Another writer's token says nothing about whether
+        ours applied: a writer with `resend_if` decides, as for a missing object."""
+        client = seaweed.make_client(sdk_retries=0)
+        store = S3Storage(client, bucket, sleep=lambda _: None)
+        consumer = S3Storage(seaweed.make_client(), bucket, sleep=lambda _: None)
+        injector(client, "PutObject", 503, "SlowDown", forward=True)  # applied, answer lost
+        puts: list[str] = []
+
+        def claim(**_: Any) -> None:  # a fast consumer claims it before our recheck
+            head = consumer.head("k")
+            assert head is not None
+            consumer.put("k", b"claimed", if_match=head.etag, token=new_token())
+
+        def resent(**_: Any) -> None:  # and, guarded, has run and deleted it by a resend
+            puts.append("PutObject")
+            if guarded and len(puts) == 2:
+                consumer.delete("k")
+
+        client.meta.events.register("before-send.s3.HeadObject", claim)
+        client.meta.events.register_first("before-send.s3.PutObject", resent)
+        if guarded:  # the ticket's writer: never sent again, so never created a second time
+            with pytest.raises(Consumed):
+                store.put("k", b"x", if_none_match=True, token=new_token(), resend_if=lambda: False)
+            assert puts == ["PutObject"]
+            got = consumer.get("k")  # the claimed ticket, not created a second time
+            assert got is not None and got.body == b"claimed"
+        else:  # any other create: sent again, and refused by the other's key
+            with pytest.raises(Conflict):
+                store.put("k", b"x", if_none_match=True, token=new_token())
+            assert puts == ["PutObject", "PutObject"]
+
     def test_lost_swap_is_recognised_by_its_token(
         self, store: S3Storage, client: Any, injector: Inject
     ) -> None:

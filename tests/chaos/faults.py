@@ -51,6 +51,7 @@ from s3queue.storage.base import (
     Object,
     Page,
     Storage,
+    recheck_create,
     settle_delete_conflict,
     settle_put_conflict,
 )
@@ -247,7 +248,9 @@ class StorageFaults:
     ``error_before``: `StorageError`, nothing applied (5xx past every retry). ``error_after``:
     the write applied, then `StorageError` (its response lost past every retry).
     ``lost_response``: the write applied and is sent again, as the SDK's retry would, so the
-    backend's token recognition must turn the conflict into success. ``conflict409``: a
+    backend's token recognition must turn the conflict into success; a create is first
+    rechecked by a HEAD after a pause (others may claim or delete it meanwhile), as
+    `S3Storage` does (`recheck_create`: a ticket is then never sent again). ``conflict409``: a
     conditional write or delete that did not apply, settled as the storage layer settles a
     refusal (`StorageError` while the condition holds). ``latency``: `pause` first.
     ``stale_list``: a LIST that leaves out the keys written in the last `STALE_LIST_MS`.
@@ -339,8 +342,13 @@ class StorageFaults:
         if kind == "zombie":
             self._zombie("PutObject", key, write)
         etag = write()
-        if kind == "lost_response":  # the SDK's retry of a write that applied
-            return write()
+        if kind == "lost_response":  # the write applied; its answer never came
+            if if_none_match and token is not None:  # a create: a HEAD decides, as S3Storage
+                self.pause(self.plan.latency_ms[1] / 1000)  # a slow HEAD: others act first
+                found = recheck_create(self.inner, key, token, resend_if)
+                if found is not None:
+                    return found
+            return write()  # sent again, as the SDK's retry would
         self._after(kind, "PutObject", key)
         return etag
 

@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import BinaryIO, Protocol
 
-from s3queue.errors import Conflict, StorageError
+from s3queue.errors import Conflict, Consumed, StorageError
 from s3queue.storage.streams import Source
 
 
@@ -132,8 +132,9 @@ class Storage(Protocol):
         `metadata` becomes the object's user metadata (what another service's PUT may carry);
         the library's own documents keep everything in their bodies. `resend_if`, for a create
         (`if_none_match` with a `token`): asked before the create is sent again after a failure
-        that may have applied, once the object is found missing; False raises `Consumed` (it
-        did apply and was consumed since: a resend would create it a second time)."""
+        that may have applied, once the object is found missing or written by another; False
+        raises `Consumed` (it may have applied and been consumed or written over since: a
+        resend could create it a second time)."""
         ...
 
     def delete(self, key: str, *, if_match: str | None = None) -> None:
@@ -195,6 +196,23 @@ def settle_put_conflict(
     ):
         raise StorageError(f"conditional PUT of {key} was refused but its condition holds")
     raise Conflict(f"{key}: precondition failed")
+
+
+def recheck_create(
+    storage: Storage, key: str, token: str, resend_if: Callable[[], bool] | None
+) -> str | None:
+    """After a create (`if_none_match` with `token`) that failed and may have applied: its
+    ETag if the object is ours; None if it may be sent again. Missing, it may never have
+    applied, or applied and been consumed since (the HEAD came late); written by another, ours
+    may have applied and been written over (a claim), and be deleted before a resend lands: a
+    writer that can tell (`resend_if` False) gets `Consumed` instead of a second creation."""
+    head = storage.head(key)
+    if head is not None and head.token == token:
+        return head.etag
+    if resend_if is not None and not resend_if():
+        state = "consumed" if head is None else "written over"
+        raise Consumed(f"{key} was created and {state} already: not created again")
+    return None
 
 
 def settle_delete_conflict(storage: Storage, key: str, if_match: str) -> None:

@@ -25,9 +25,10 @@ once, before any backoff) and resends only if the object is not there:
                                                                  be created again)
 
 The HEAD can come late (retried after a 503, or slow), after a fast consumer took the object
-and deleted it: missing then does not mean "never applied". A writer that can tell passes
-`resend_if` (the coordinator: a ticket whose first message is gone was applied), and such a
-create raises `Consumed` instead of creating the object a second time.
+and deleted it: missing then does not mean "never applied". Nor does another writer's token:
+a consumer may have written over ours (a claim) and delete it before a resend lands, which
+would then create it again. A writer that can tell passes `resend_if` (the coordinator never
+resends a ticket), and such a create raises `Consumed` instead of sending it again.
 
 Listing. `list` gives AWS semantics on servers that walk keys as folders (SeaweedFS): a
 ``start_after`` equal to a folder's name no longer skips that folder (`sending.just_below`).
@@ -57,12 +58,13 @@ import weakref
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, BinaryIO
 
-from s3queue.errors import Conflict, Consumed, S3QueueError, StorageError
+from s3queue.errors import Conflict, S3QueueError, StorageError
 from s3queue.storage.base import (
     Entry,
     Head,
     Object,
     Page,
+    recheck_create,
     settle_delete_conflict,
     settle_put_conflict,
 )
@@ -219,13 +221,11 @@ class S3Storage:
         resend_if: Callable[[], bool] | None = None,
     ) -> dict[str, Any]:
         def mine() -> dict[str, Any] | None:
-            """Our create applied after all (its response was lost): its ETag, before a resend.
-            Missing, it may never have applied, or applied and been consumed since (the HEAD
-            came late: it was retried, or slow): the writer knows which (`resend_if`)."""
-            head = self.head(key)
-            if head is None and resend_if is not None and not resend_if():
-                raise Consumed(f"{key} was created and consumed already: not created again")
-            return {"ETag": head.etag} if head is not None and head.token == create_token else None
+            """Our create applied after all (its response was lost): its ETag, before a resend
+            (`recheck_create`: `Consumed` where the writer says a resend is unsafe)."""
+            assert create_token is not None
+            etag = recheck_create(self, key, create_token, resend_if)
+            return {"ETag": etag} if etag is not None else None
 
         call = (self._lean or self._client).put_object
         try:
