@@ -46,14 +46,13 @@ class Context:
 def record_calls(path: str) -> None:
     """Append every botocore API call (service, operation, the params that name resources)."""
     import botocore.client
-    from s3queue.storage.endpoints import PROBE_KEY
 
     lock = threading.Lock()
     original = botocore.client.BaseClient._make_api_call
 
     def recorded(client: Any, operation: str, params: dict[str, Any]) -> Any:
-        if PROBE_KEY in (params.get("Key"), params.get("Prefix")):  # prepared to learn the
-            return original(client, operation, params)  # bucket's URL, never sent
+        if _probe(params):
+            return original(client, operation, params)
         kept: dict[str, Any] = {k: params[k] for k in KEPT_PARAMS if k in params}
         if operation == "DeleteObjects":
             kept["Keys"] = [o["Key"] for o in params["Delete"]["Objects"]]
@@ -82,12 +81,17 @@ lean_calls: list[Any] = []
 """Where `_recording` writes (set by `record_calls`)."""
 
 
-def _recording(call: Any, operation: str) -> Any:
+def _probe(params: dict[str, Any]) -> bool:
+    """A call prepared to learn the bucket's URL (`endpoints.learn`): never sent."""
     from s3queue.storage.endpoints import PROBE_KEY
 
+    return PROBE_KEY in (params.get("Key"), params.get("Prefix"))
+
+
+def _recording(call: Any, operation: str) -> Any:
     def recorded(self: Any, **params: Any) -> Any:
         kept = {k: params[k] for k in KEPT_PARAMS if k in params}
-        if PROBE_KEY in (params.get("Key"), params.get("Prefix")):
+        if _probe(params):
             return call(self, **params)
         for write in lean_calls:
             write({"service": "s3", "operation": operation, "params": kept})

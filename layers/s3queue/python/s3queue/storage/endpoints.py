@@ -9,8 +9,9 @@ each of the four hot calls of one key on a probe key, and a LIST with it as pref
 whole pipeline (the ruleset, the auth schemes, the checksum config, every hook a caller
 registered), stops each request once signed, before it is sent (no request leaves the
 process), and prepares the same call by the lean path at the same time. The lean path is
-taken only if all five agree: the same method and URL (the bucket's base + the quoted key; a
-LIST's query as a set of names and values), the same headers but botocore's informational ones
+taken only if the four agree (and a LIST only if it agrees too): the same method and URL (the
+bucket's base + the quoted key; a LIST's query as a set of names and values), the same
+headers but botocore's informational ones
 (`INFORMATIONAL`), and the same signature: plain SigV4 for ``s3``, in the region botocore signs
 for, with the same credentials and payload hash. Anything else fails a comparison and keeps
 botocore's path: an S3 Express bucket, an access point or Object Lambda ARN, a multi-region
@@ -118,13 +119,12 @@ def learn(client: Any, bucket: str, settings: Settings, session: Any) -> LeanBuc
         "fallback": client,
     }
     probe = _Preparing(**fields)
-    agree = [
-        _agrees(probe, bucket, name, params, their)
+    agree = {
+        name: _agrees(probe, bucket, name, params, their)
         for (name, params), their in zip(PROBES, theirs, strict=True)
-    ]
-    if not all(agree[:-1]):
-        return None
-    return LeanBucket(**fields, lists=agree[-1])  # a LIST that differs: botocore's, alone
+    }
+    lists = agree.pop("list_objects_v2")  # a LIST that differs: botocore's, alone
+    return LeanBucket(**fields, lists=lists) if all(agree.values()) else None
 
 
 def _agrees(probe: _Preparing, bucket: str, name: str, params: dict[str, Any], their: Any) -> bool:
