@@ -303,11 +303,14 @@ BOTO_MODULES = {
     "s3queue.storage.lean",
     "s3queue.storage.parsing",
     "s3queue.storage.listing",
+    "s3queue.storage.transport",
+    "s3queue.storage.wire",
 }
 """boto3's transfer manager (large objects), the retry loop that translates botocore's errors,
 the client factories, the lean path of the hot calls (botocore's credentials, HTTP session
-and retry policy), the lean response parser and the lean LIST's reader (a cut answer raised
-as botocore's error); `S3Storage` (storage/s3.py) only calls the client it is given."""
+and retry policy), the lean response parser, the lean LIST's reader (a cut answer raised
+as botocore's error) and the lean path's HTTP exchange (botocore's errors, its session's
+settings); `S3Storage` (storage/s3.py) only calls the client it is given."""
 
 
 def test_boto3_is_imported_by_these_storage_modules_only() -> None:

@@ -12,7 +12,8 @@ endpoints: see below):
 
     S3Storage.get -> LeanBucket.get_object: URL + headers -> SigV4 (the day's key kept)
                   -> events "before-send.s3.GetObject" (hooks may answer instead)
-                  -> the client's own URLLib3Session (its pool, timeouts, proxies, TLS)
+                  -> transport.py: one HTTP/1.1 exchange with the session's settings
+                     (its timeouts, pool size, TLS check; botocore's session behind a proxy)
                   -> 2xx: a boto3-shaped dict; else ClientError, as botocore raises it
 
 What stays botocore's: the credentials (refreshed by its providers), the HTTP session and its
@@ -49,6 +50,7 @@ from s3queue.storage.listing import list_query, listed
 from s3queue.storage.responses import timestamp
 from s3queue.storage.sending import TOKEN_METADATA
 from s3queue.storage.signing import EMPTY_SHA256, Signer
+from s3queue.storage.transport import transport_of
 
 _META = "x-amz-meta-"
 _ERROR = re.compile(rb"<Code>([^<]*)</Code>(?:.*?<Message>([^<]*)</Message>)?", re.S)
@@ -77,13 +79,14 @@ def register(client: Any, settings: Settings) -> None:
 
 
 def registered(client: Any) -> tuple[Settings, Any] | None:
-    """What `make_client` registered for `client`, and its HTTP session; None: a client it
+    """What `make_client` registered for `client`, and what sends its lean calls (its HTTP
+    session's settings in a `transport.Transport`, or the session itself); None: a client it
     did not build, or one without the HTTP session this relies on (botocore's path)."""
     settings = _registered.get(client)
     session = getattr(getattr(client, "_endpoint", None), "http_session", None)
     if settings is None or not callable(getattr(session, "send", None)):
         return None
-    return settings, session
+    return settings, transport_of(session)
 
 
 def bucket_path(client: Any, bucket: str) -> LeanBucket | None:

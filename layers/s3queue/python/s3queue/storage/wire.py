@@ -1,0 +1,162 @@
+"""One HTTP/1.1 exchange on a kept-alive socket, read by hand (`transport.py` keeps the
+sockets): the request's head and body out, a status line, headers and a body back, framed by
+its length, by chunks or by the connection's end; and whether the socket may serve again.
+
+`http.client` reads every answer's headers with the `email` package, a third of its CPU for a
+small S3 answer; an S3 answer needs a status, a few headers and a body of a known length.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import socket
+from dataclasses import dataclass
+from typing import Any
+
+from botocore.exceptions import ReadTimeoutError
+
+MAX_LINE = 65_536
+"""The longest status or header line read (as `http.client`)."""
+MAX_HEADERS = 100
+"""The most header lines read (as `http.client`)."""
+NO_BODY = frozenset({204, 304})
+SMALL_BODY = 65_536
+"""A body up to this size goes out in one send with its request's head."""
+
+
+class Headers(dict[str, str]):
+    """An answer's headers, their names in lower case (as every reader here asks for them)."""
+
+    def get(self, name: str, default: Any = None) -> Any:
+        return dict.get(self, name.lower(), default)
+
+
+@dataclass(slots=True)
+class Answer:
+    """What the lean path reads of a response: botocore's `AWSResponse`'s fields it uses."""
+
+    url: str
+    status_code: int
+    headers: Headers
+    content: bytes
+
+
+class Broken(Exception):
+    """The connection failed mid-exchange: its cause is the ``__cause__``."""
+
+
+class Connection:
+    """One kept-alive HTTP/1.1 connection, used by one request at a time."""
+
+    __slots__ = ("pid", "reader", "sock")
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self.reader = sock.makefile("rb")
+        self.pid = os.getpid()
+
+    def alive(self) -> bool:
+        """Idle and still open: nothing to read (a closed connection reads as its end)."""
+        if self.pid != os.getpid():
+            return False
+        try:
+            readable, _, _ = select.select([self.sock], [], [], 0)
+        except (OSError, ValueError):
+            return False
+        return not readable
+
+    def close(self) -> None:
+        try:
+            self.reader.close()
+            self.sock.close()
+        except OSError:
+            pass
+
+    def exchange(self, data: bytes, body: bytes, head: bool, url: str) -> tuple[Answer, bool]:
+        """Send the request's head (`data`) and `body`, read the answer; and whether the
+        connection may be used again. `Broken` (from the socket's error) when it fails."""
+        try:
+            if len(body) <= SMALL_BODY:
+                self.sock.sendall(data + body)
+            else:  # not copied into one buffer
+                self.sock.sendall(data)
+                self.sock.sendall(body)
+            status, version = self._status()
+            while 100 <= status < 200:  # an interim answer (never asked for here): skip it
+                self._headers()
+                status, version = self._status()
+            headers = self._headers()
+            content, keep = self._body(status, headers, head)
+        except TimeoutError as exc:
+            raise timeout_error(url, exc) from exc
+        except (OSError, ValueError, Short) as exc:
+            raise Broken from exc
+        connection = headers.get("connection", "").lower()
+        persistent = version == "HTTP/1.1" or connection == "keep-alive"
+        keep = keep and connection != "close" and persistent
+        return Answer(url, status, headers, content), keep
+
+    def _line(self) -> bytes:
+        line = self.reader.readline(MAX_LINE + 1)
+        if len(line) > MAX_LINE:
+            raise Short("line too long")
+        if not line:
+            raise Short("closed before the answer")
+        return line
+
+    def _status(self) -> tuple[int, str]:
+        parts = self._line().split(None, 2)
+        if len(parts) < 2 or not parts[0].startswith(b"HTTP/"):
+            raise Short(f"not a status line: {parts!r}")
+        return int(parts[1]), parts[0].decode("latin-1")
+
+    def _headers(self) -> Headers:
+        headers = Headers()
+        for _ in range(MAX_HEADERS + 1):
+            line = self._line()
+            if line in (b"\r\n", b"\n"):
+                return headers
+            name, sep, value = line.decode("latin-1").partition(":")
+            if not sep:
+                raise Short(f"not a header: {line!r}")
+            name, value = name.strip().lower(), value.strip()
+            headers[name] = f"{headers[name]}, {value}" if name in headers else value
+        raise Short("too many headers")
+
+    def _body(self, status: int, headers: Headers, head: bool) -> tuple[bytes, bool]:
+        """The body, and whether its end was known (else the connection ends it: not kept)."""
+        if head or status in NO_BODY:
+            return b"", True
+        if "chunked" in headers.get("transfer-encoding", "").lower():
+            return self._chunked(), True
+        length = headers.get("content-length")
+        if length is not None:
+            size = int(length)
+            content = self.reader.read(size)
+            if len(content) != size:
+                raise Short(f"{len(content)} of {size} bytes")
+            return content, True
+        return self.reader.read(), False
+
+    def _chunked(self) -> bytes:
+        parts: list[bytes] = []
+        while True:
+            size = int(self._line().split(b";", 1)[0].strip(), 16)
+            if size == 0:
+                while self._line() not in (b"\r\n", b"\n"):  # trailers
+                    pass
+                return b"".join(parts)
+            chunk = self.reader.read(size)
+            if len(chunk) != size:
+                raise Short(f"chunk of {len(chunk)} of {size} bytes")
+            parts.append(chunk)
+            self._line()
+
+
+class Short(Exception):
+    """The answer ended early or was not HTTP."""
+
+
+def timeout_error(url: str, exc: BaseException) -> ReadTimeoutError:
+    return ReadTimeoutError(endpoint_url=url, error=exc)
