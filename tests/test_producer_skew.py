@@ -160,3 +160,30 @@ def test_a_grouped_enqueue_costs_one_put_and_a_commit_wait_on_seaweedfs(
     assert sent.count("HEAD") <= 8 and len(sent) == sent.count("PUT") + sent.count("HEAD")
     low, high = queue.writer.order.offsets()  # type: ignore[attr-defined]
     assert high - low <= 500  # the commit wait has shrunk to about two round trips
+
+
+def test_the_bounds_kept_between_answers_are_those_of_every_sample_in_the_window() -> None:
+    # GIVEN a ServerClock fed answers at random (some contradicting: S3's clock jumps), read
+    # at times that go forward, sometimes back a little, and past the window
+    from random import Random
+
+    from s3queue.storage import servertime
+
+    rng, base = Random(7), FakeClock(1_000_000)
+    clock = ServerClock(base)
+    for step in range(3_000):
+        base.advance(rng.choice([0.001, 0.05, 1.0, 30.0, 200.0]))
+        now = base.now_ms()
+        if rng.random() < 0.6:
+            served = now + (rng.choice([0, 0, 0, 1, 600]) * 1000) + rng.randrange(-900, 900)
+            sent = now - rng.randrange(0, 300)
+            clock.observe(served // 1000 * 1000, sent, now)
+        asked = now - rng.choice([0, 0, 0, 5, 400, 250_000])
+        # THEN each reading equals the bounds recomputed from every sample in the window
+        with clock._lock:
+            got = clock._bounds(asked)
+            recent = [
+                (lo, hi) for at, lo, hi in clock._samples if asked - at <= servertime.WINDOW_MS
+            ]
+        want = (max(lo for lo, _ in recent), min(hi for _, hi in recent)) if recent else None
+        assert got == want, step
