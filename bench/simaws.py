@@ -67,11 +67,20 @@ class S3Model:
     load before); empty: a fresh bucket, one range."""
     sdk_retries: int = 5
     """botocore standard-mode retries of the client `make_client` builds (s3queue code)."""
-    client_cpu_ms: float = 0.5
+    client_cpu_ms: float = 0.15
     """CPU (of this machine's core) each attempt costs the caller beyond the Python the
-    simulation runs: the HTTP exchange through urllib3 and `http.client`, measured at
-    0.45-0.55 ms a call against SeaweedFS (docs/performance.md, "lean path"; the simulated
-    client stands in for the lean path's own 0.08 ms). TLS, which AWS adds, is not in it."""
+    simulation runs: the HTTP exchange by the lean path's own transport
+    (`s3queue.storage.transport`), 0.12-0.16 ms a call against SeaweedFS, measured beside
+    botocore's session's 0.37-0.53 (docs/performance.md, session 21; 0.5 until then, urllib3
+    and `http.client`). The simulated client's own Python stands in for the lean path's
+    signing and reading. TLS, which AWS adds, is not in it."""
+    hedging: bool = True
+    """Clients race their slow reads as `s3queue.storage.transport` does (`storage/hedging.py`:
+    after the recent 95th percentile, within a budget), each copy with its own latency, drawn
+    independently of the first's (assumed; AWS advises "tracking and aggressively retrying
+    slower operations" on a new connection and says "even a single retry is frequently
+    effective at reducing latency": whitepaper *Optimizing Amazon S3 performance*, "Timeouts
+    and retries for latency-sensitive applications"). False: no race (session 20's model)."""
     list_key_cpu_ms: float = 0.0058
     """...and each key a LIST answers, reading its XML: `S3Storage.list` by the lean path cost
     5.9-6.5 ms of this machine's CPU for 1,000 keys against SeaweedFS, 0.51-0.59 for 10

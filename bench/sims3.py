@@ -24,7 +24,7 @@ import random
 import time
 from collections import Counter, deque
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal
 
@@ -33,6 +33,7 @@ from botocore.retries import adaptive, bucket, throttling
 from s3queue.common.clock import Clock
 from s3queue.errors import Conflict
 from s3queue.producing.pacing import Pacer
+from s3queue.storage.hedging import Hedging
 from s3queue.storage.memory import MemoryStorage
 from s3queue.storage.s3 import S3Storage
 from s3queue.storage.sending import TOKEN_METADATA, no_blind_resend
@@ -73,14 +74,16 @@ class RateLimit:
 
 @dataclass
 class Meter:
-    """Requests that reached S3, by (role, operation); 503s apart."""
+    """Requests that reached S3, by (role, operation); 503s apart; `raced`: the second copies
+    of slow reads among `requests` (`SimS3Client._latency`)."""
 
     requests: Counter[tuple[str, str]]
     slowdowns: Counter[tuple[str, str]]
+    raced: Counter[tuple[str, str]] = field(default_factory=Counter)
 
     @classmethod
     def empty(cls) -> Meter:
-        return cls(Counter(), Counter())
+        return cls(Counter(), Counter(), Counter())
 
     def by_kind(self, role: str | None = None) -> Counter[str]:
         out: Counter[str] = Counter()
@@ -306,6 +309,8 @@ class SimS3Client:
         self.s3, self.role = s3, role
         self.rate = AdaptiveRate(s3.kernel) if pacing == "botocore" else None
         self.pacer = sim_pacer(s3.kernel) if pacing == "s3queue" else None
+        self.hedging = Hedging()
+        """The client's races of slow reads, as `storage.transport` runs them (`_latency`)."""
 
     def _request(self, op: str, key: str, effect: Callable[[], Any], **retry: Any) -> Any:
         """One call as botocore makes it: attempts, 503s and their retries, then the effect."""
@@ -321,7 +326,7 @@ class SimS3Client:
             if self.rate is not None:
                 self.rate.answered(throttled=not admitted)
             if admitted:
-                kernel.wait(s3.latency(op).sample(s3.rng), op)
+                kernel.wait(self._latency(op, key), op)
                 s3.meter.requests[(self.role, op)] += 1
                 if pacer is not None:
                     pacer.answered(sent, throttled=False)
@@ -340,6 +345,29 @@ class SimS3Client:
                 raise error
             delay = min(s3.rng.random() * 2 ** (attempt - 1), 20.0)
             kernel.wait(delay * 1000, "sdk backoff")
+
+    def _latency(self, op: str, key: str) -> float:
+        """An admitted attempt's time to its answer. A read still out after the client's
+        `Hedging.after_ms` is raced as `storage.transport` races it: a second copy sent then,
+        on its own admission, CPU and latency, and whichever answers first is used (a copy
+        refused with a 503 answers at once, and the first's answer is waited for)."""
+        s3, kernel = self.s3, self.s3.kernel
+        first = s3.latency(op).sample(s3.rng)
+        after = self.hedging.after_ms(op) if s3.model.hedging else None
+        if after is None or first <= after:
+            self.hedging.observe(op, first, raced=False)
+            return first
+        kernel.wait(after, op)
+        kernel.charge(s3.model.client_cpu_ms)
+        if s3.admit(op, key):
+            s3.meter.requests[(self.role, op)] += 1
+            s3.meter.raced[(self.role, op)] += 1
+            answered = min(first, after + s3.latency(op).sample(s3.rng))
+        else:
+            s3.meter.slowdowns[(self.role, op)] += 1
+            answered = first
+        self.hedging.observe(op, answered, raced=True)
+        return answered - after
 
     # -- the operations ---------------------------------------------------------------------
 

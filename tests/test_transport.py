@@ -30,6 +30,8 @@ from botocore.exceptions import (
     SSLError,
 )
 from botocore.httpsession import URLLib3Session
+from s3queue.storage import wire
+from s3queue.storage.hedging import Hedging
 from s3queue.storage.transport import Transport, transport_of
 
 
@@ -425,3 +427,76 @@ def test_a_large_body_goes_out_whole(server: Server) -> None:
     body = bytes(range(256)) * 800  # 200 KiB: sent apart from its head
     assert transport().send(request(server.url, "PUT", body)).content == b"hello"
     assert server.requests[0].endswith(b"\r\n\r\n" + body)
+
+
+class Fixed(Hedging):
+    """Races every read after `after` ms (the policy itself: test_hedging.py)."""
+
+    def __init__(self, after: float) -> None:
+        super().__init__()
+        self.after = after
+
+    def after_ms(self, operation: str) -> float | None:
+        return self.after if operation in ("GetObject", "HeadObject") else None
+
+
+@pytest.mark.parametrize("method", ["GET", "HEAD"])
+def test_a_slow_read_is_raced_and_the_loser_s_connection_kept(server: Server, method: str) -> None:
+    # GIVEN a first answer held back until the test lets it go, a second one at once
+    let_go = threading.Event()
+
+    def held(_: bytes) -> bytes:
+        let_go.wait(timeout=10)
+        return ok(b"first") if method == "GET" else ok(b"").replace(b"0", b"5", 1)
+
+    server.replies = [held, lambda _: ok(b"second")]
+    sender = transport(hedging=Fixed(20))
+    # WHEN a read is sent
+    answer = sender.send(request(server.url, method), "GetObject")
+    # THEN the second copy's answer is the one used
+    assert answer.content == (b"second" if method == "GET" else b"")
+    assert sender.raced == 1 and server.connections == 2
+    # AND once the first answer arrives, it is read and dropped, its connection kept
+    let_go.set()
+    (loser, _, _) = sender._draining[0]
+    assert loser.ready(10)
+    assert sender.send(request(server.url)).content == b"hello"
+    assert sender.send(request(server.url)).content == b"hello"
+    assert server.connections == 2 and not sender._draining
+    assert len(server.requests) == 4
+
+
+def test_a_read_that_answers_in_time_and_a_write_are_never_raced(server: Server) -> None:
+    sender = transport(hedging=Fixed(5_000))
+    assert sender.send(request(server.url), "GetObject").content == b"hello"
+    assert sender.send(request(server.url, "PUT", b"x"), "PutObject").content == b"hello"
+    assert sender.raced == 0 and server.connections == 1
+
+
+def test_a_raced_copy_that_fails_fast_gives_way_to_the_slow_answer(
+    server: Server, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # GIVEN a first answer held back until the client has read the second copy's 503
+    read_503 = threading.Event()
+    receive = wire.Connection.receive
+
+    def noting(self: wire.Connection, head: bool, url: str) -> Any:
+        answer = receive(self, head, url)
+        if answer[0].status_code == 503:
+            read_503.set()
+        return answer
+
+    monkeypatch.setattr(wire.Connection, "receive", noting)
+
+    def held(_: bytes) -> bytes:
+        read_503.wait(timeout=10)
+        return ok(b"slow but sure")
+
+    slowdown = b"HTTP/1.1 503 Slow Down\r\nContent-Length: 0\r\n\r\n"
+    server.replies = [held, lambda _: slowdown]
+    sender = transport(hedging=Fixed(20))
+    # WHEN a read is raced and the race's copy is refused at once
+    answer = sender.send(request(server.url), "GetObject")
+    # THEN the first copy's answer is used
+    assert (answer.status_code, answer.content) == (200, b"slow but sure")
+    assert sender.raced == 1 and read_503.is_set()

@@ -23,14 +23,15 @@ does. A process forked with idle connections does not use them: they are the par
 from __future__ import annotations
 
 import os
+import select
 import socket
 import ssl
 import threading
+import time
 import urllib.request
 import weakref
 from dataclasses import dataclass, field
 from typing import Any, cast
-from urllib.parse import urlsplit
 
 from botocore.exceptions import (
     BotoCoreError,
@@ -42,29 +43,8 @@ from botocore.exceptions import (
 )
 from botocore.httpsession import URLLib3Session, get_cert_path
 
-from s3queue.storage.wire import Answer, Broken, Connection, Short
-
-
-@dataclass(slots=True)
-class Origin:
-    """Where a URL's requests go, and the ``Host`` header they carry."""
-
-    scheme: str
-    hostname: str
-    port: int
-    host: str
-    base: str
-    """``scheme://netloc``: its connections' pool."""
-
-    @classmethod
-    def of(cls, url: str) -> Origin:
-        split = urlsplit(url)
-        default = 443 if split.scheme == "https" else 80
-        hostname = split.hostname or ""
-        port = split.port or default
-        shown = f"[{hostname}]" if ":" in hostname else hostname
-        host = shown if port == default else f"{shown}:{port}"
-        return cls(split.scheme, hostname, port, host, url)
+from s3queue.storage.hedging import Hedging
+from s3queue.storage.wire import Answer, Broken, Connection, Origin, Sent, Short
 
 
 @dataclass
@@ -81,34 +61,122 @@ class Transport:
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _context: ssl.SSLContext | None = None
     _pid: int = field(default_factory=os.getpid)
+    hedging: Hedging = field(default_factory=Hedging)
+    raced: int = 0
+    """Reads raced by a second copy (each one more request to S3)."""
+    _draining: list[tuple[Connection, bool, float]] = field(default_factory=list)
+    """Connections whose answer lost a race, to read and drop: with HEAD's flag and until
+    when it is waited for."""
 
-    def send(self, request: Any) -> Answer:
+    def send(self, request: Any, operation: str | None = None) -> Answer:
         """Send a prepared request (``method``, ``url``, ``headers``, ``body``): its answer,
-        its body read in full; botocore's error for each way it can fail."""
+        its body read in full; botocore's error for each way it can fail. A read named by
+        its `operation` is raced by a second copy once it is slow (hedging.py)."""
         url: str = request.url
         origin, target = self._split(url)
-        head = [f"{request.method} {target} HTTP/1.1", f"Host: {origin.host}"]
-        head += [f"{name}: {value}" for name, value in request.headers.items()]
-        body = request.body or b""
-        if isinstance(body, str):
-            body = body.encode()
-        data = ("\r\n".join(head) + "\r\n\r\n").encode("latin-1")
-        conn = self._take(origin, url)
+        sent = Sent.of(request, target, origin.host)
+        after = self.hedging.after_ms(operation) if operation is not None else None
+        started = time.monotonic()
+        conn, other = self._take(origin, url), None
         try:
-            answer, keep = conn.exchange(data, bytes(body), request.method == "HEAD", url)
-        except Broken as exc:
-            # Also a kept connection the server closed just as we sent: botocore's session
-            # gives that error to its caller too (urllib3 does not retry it for it).
-            conn.close()
-            raise _translate(exc.__cause__, url) from exc.__cause__
-        except BaseException:
-            conn.close()
+            conn.send(sent.data, sent.body)
+            if after is not None and not conn.ready(after / 1000):
+                conn, other = self._race(origin, conn, sent)
+            conn, other, answer, keep = self._first_answer(origin, conn, other, sent)
+        except BaseException as exc:
+            for used in (conn, other):
+                if used is not None:
+                    used.close()
+            if isinstance(exc, Broken):
+                # Also a kept connection the server closed just as we sent: botocore's
+                # session gives that error to its caller too (urllib3 does not retry it).
+                raise _translate(exc.__cause__, url) from exc.__cause__
             raise
+        if other is not None:
+            with self._lock:
+                deadline = time.monotonic() + (self.read_timeout or 60.0)
+                self._draining.append((other, sent.head_only, deadline))
+        if operation is not None:
+            elapsed = (time.monotonic() - started) * 1000
+            self.hedging.observe(operation, elapsed, raced=other is not None)
+        self._done(origin, conn, keep)
+        return answer
+
+    def _first_answer(
+        self, origin: Origin, conn: Connection, other: Connection | None, sent: Sent
+    ) -> tuple[Connection, Connection | None, Answer, bool]:
+        """The answer to use: `conn`'s; if it breaks or fails (5xx) while a raced `other` is
+        out, the other's. With the connection it came on, the one still out, and whether
+        the connection may be kept."""
+        try:
+            answer, keep = conn.receive(sent.head_only, sent.url)
+        except Broken:
+            if other is None:
+                raise
+            conn.close()
+            conn, other = other, None
+            answer, keep = conn.receive(sent.head_only, sent.url)
+            return conn, None, answer, keep
+        if other is not None and answer.status_code >= 500:
+            self._done(origin, conn, keep)
+            answer, keep = other.receive(sent.head_only, sent.url)
+            return other, None, answer, keep
+        return conn, other, answer, keep
+
+    def _done(self, origin: Origin, conn: Connection, keep: bool) -> None:
         if keep:
             self._give(origin, conn)
         else:
             conn.close()
-        return answer
+
+    def _race(
+        self, origin: Origin, first: Connection, sent: Sent
+    ) -> tuple[Connection, Connection | None]:
+        """The connection whose answer to `sent` begins first, and the other one: `first`
+        and a second copy of the request sent now on another connection. `first` alone if
+        the second cannot be sent."""
+        try:
+            second = self._take(origin, sent.url)
+        except BotoCoreError:
+            return first, None
+        try:
+            second.send(sent.data, sent.body)
+        except Broken:
+            second.close()
+            return first, None
+        self.raced += 1
+        try:
+            readable, _, _ = select.select([first.sock, second.sock], [], [], self.read_timeout)
+        except (OSError, ValueError):
+            readable = [first.sock]
+        return (second, first) if readable == [second.sock] else (first, second)
+
+    def _drain(self) -> None:
+        """Read and drop the answers that lost a race and have arrived (their connections go
+        back to the pool); close those past the read timeout. Caller holds no lock."""
+        with self._lock:
+            due, self._draining = self._draining, []
+        now, waiting = time.monotonic(), []
+        for conn, head_only, deadline in due:
+            if conn.pid != os.getpid():
+                continue
+            if not conn.ready(0):
+                if now < deadline:
+                    waiting.append((conn, head_only, deadline))
+                else:
+                    conn.close()
+                continue
+            try:
+                _, keep = conn.receive(head_only, "")
+            except (Broken, BotoCoreError):
+                keep = False
+            if keep:
+                self._give_back(conn)
+            else:
+                conn.close()
+        if waiting:
+            with self._lock:
+                self._draining.extend(waiting)
 
     def close(self) -> None:
         """Close every idle connection."""
@@ -122,7 +190,7 @@ class Transport:
         """Drop the idle connections without a word to their servers (after a fork: the
         parent's)."""
         with self._lock:
-            self._idle, self._pid = {}, os.getpid()
+            self._idle, self._draining, self._pid = {}, [], os.getpid()
 
     def _split(self, url: str) -> tuple[Origin, str]:
         """`url`'s origin (kept per scheme, host and port) and its request target."""
@@ -134,9 +202,11 @@ class Transport:
         return origin, target
 
     def _take(self, origin: Origin, url: str) -> Connection:
+        if self._draining:
+            self._drain()
         with self._lock:
             if self._pid != os.getpid():
-                self._idle, self._pid = {}, os.getpid()
+                self._idle, self._draining, self._pid = {}, [], os.getpid()
             idle = self._idle.get(origin.base)
             while idle:
                 conn = idle.pop()
@@ -146,8 +216,11 @@ class Transport:
         return self._connect(origin, url)
 
     def _give(self, origin: Origin, conn: Connection) -> None:
+        self._give_back(conn, origin.base)
+
+    def _give_back(self, conn: Connection, base: str | None = None) -> None:
         with self._lock:
-            idle = self._idle.setdefault(origin.base, [])
+            idle = self._idle.setdefault(base or conn.base, [])
             if len(idle) < self.pool_size and conn.pid == self._pid:
                 idle.append(conn)
                 return
@@ -178,7 +251,7 @@ class Transport:
         except OSError as exc:
             sock.close()
             raise EndpointConnectionError(endpoint_url=url, error=exc) from exc
-        return Connection(sock)
+        return Connection(sock, origin.base)
 
     def _tls(self) -> ssl.SSLContext:
         if self._context is None:

@@ -13,6 +13,7 @@ import select
 import socket
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit
 
 from botocore.exceptions import ReadTimeoutError
 
@@ -42,6 +43,48 @@ class Answer:
     content: bytes
 
 
+@dataclass(slots=True)
+class Origin:
+    """Where a URL's requests go, and the ``Host`` header they carry."""
+
+    scheme: str
+    hostname: str
+    port: int
+    host: str
+    base: str
+    """``scheme://netloc``: its connections' pool."""
+
+    @classmethod
+    def of(cls, url: str) -> Origin:
+        split = urlsplit(url)
+        default = 443 if split.scheme == "https" else 80
+        hostname = split.hostname or ""
+        port = split.port or default
+        shown = f"[{hostname}]" if ":" in hostname else hostname
+        host = shown if port == default else f"{shown}:{port}"
+        return cls(split.scheme, hostname, port, host, url)
+
+
+@dataclass(slots=True)
+class Sent:
+    """A request as sent: its head and body, and how to read its answer."""
+
+    data: bytes
+    body: bytes
+    head_only: bool = False
+    url: str = ""
+
+    @classmethod
+    def of(cls, request: Any, target: str, host: str) -> Sent:
+        """A prepared request (``method``, ``url``, ``headers``, ``body``) as it goes out."""
+        head = [f"{request.method} {target} HTTP/1.1", f"Host: {host}"]
+        head += [f"{name}: {value}" for name, value in request.headers.items()]
+        body = request.body or b""
+        data = ("\r\n".join(head) + "\r\n\r\n").encode("latin-1")
+        payload = body.encode() if isinstance(body, str) else bytes(body)
+        return cls(data, payload, request.method == "HEAD", request.url)
+
+
 class Broken(Exception):
     """The connection failed mid-exchange: its cause is the ``__cause__``."""
 
@@ -49,10 +92,10 @@ class Broken(Exception):
 class Connection:
     """One kept-alive HTTP/1.1 connection, used by one request at a time."""
 
-    __slots__ = ("pid", "reader", "sock")
+    __slots__ = ("base", "pid", "reader", "sock")
 
-    def __init__(self, sock: socket.socket) -> None:
-        self.sock = sock
+    def __init__(self, sock: socket.socket, base: str = "") -> None:
+        self.sock, self.base = sock, base
         self.reader = sock.makefile("rb")
         self.pid = os.getpid()
 
@@ -76,12 +119,32 @@ class Connection:
     def exchange(self, data: bytes, body: bytes, head: bool, url: str) -> tuple[Answer, bool]:
         """Send the request's head (`data`) and `body`, read the answer; and whether the
         connection may be used again. `Broken` (from the socket's error) when it fails."""
+        self.send(data, body)
+        return self.receive(head, url)
+
+    def send(self, data: bytes, body: bytes) -> None:
+        """Send a request: its head (`data`) and `body`; `Broken` when it fails."""
         try:
             if len(body) <= SMALL_BODY:
                 self.sock.sendall(data + body)
             else:  # not copied into one buffer
                 self.sock.sendall(data)
                 self.sock.sendall(body)
+        except (OSError, ValueError) as exc:
+            raise Broken from exc
+
+    def ready(self, timeout_s: float) -> bool:
+        """Whether the answer has begun to arrive within `timeout_s` (without reading it)."""
+        try:
+            readable, _, _ = select.select([self.sock], [], [], timeout_s)
+        except (OSError, ValueError):
+            return True  # receive says what went wrong
+        return bool(readable)
+
+    def receive(self, head: bool, url: str) -> tuple[Answer, bool]:
+        """Read the answer to the request sent (`head`: a HEAD's, which has no body); and
+        whether the connection may be used again. `Broken` when it fails."""
+        try:
             status, version = self._status()
             while 100 <= status < 200:  # an interim answer (never asked for here): skip it
                 self._headers()
