@@ -500,3 +500,27 @@ def test_a_raced_copy_that_fails_fast_gives_way_to_the_slow_answer(
     # THEN the first copy's answer is used
     assert (answer.status_code, answer.content) == (200, b"slow but sure")
     assert sender.raced == 1 and read_503.is_set()
+
+
+def test_a_connection_past_file_number_1023_is_kept(server: Server) -> None:
+    # GIVEN a process with more than 1,024 files open (select() refuses their numbers)
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < 1_200:
+        pytest.skip(f"this machine allows {hard} open files")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, 1_200), hard))
+    held = [os.dup(0) for _ in range(1_100)]
+    try:
+        sender = transport(hedging=Fixed(5_000))
+        # WHEN two reads go out
+        assert sender.send(request(server.url), "GetObject").content == b"hello"
+        (kept,) = [conn for idle in sender._idle.values() for conn in idle]
+        assert kept.sock.fileno() > 1_024
+        assert sender.send(request(server.url), "GetObject").content == b"hello"
+        # THEN the second went on the first's connection
+        assert server.connections == 1
+    finally:
+        for fd in held:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))

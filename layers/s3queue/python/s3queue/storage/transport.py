@@ -23,7 +23,6 @@ does. A process forked with idle connections does not use them: they are the par
 from __future__ import annotations
 
 import os
-import select
 import socket
 import ssl
 import threading
@@ -44,7 +43,7 @@ from botocore.exceptions import (
 from botocore.httpsession import URLLib3Session, get_cert_path
 
 from s3queue.storage.hedging import Hedging
-from s3queue.storage.wire import Answer, Broken, Connection, Origin, Sent, Short
+from s3queue.storage.wire import Answer, Broken, Connection, Origin, Sent, Short, readable
 
 
 @dataclass
@@ -146,10 +145,10 @@ class Transport:
             return first, None
         self.raced += 1
         try:
-            readable, _, _ = select.select([first.sock, second.sock], [], [], self.read_timeout)
+            ready = readable([first.sock, second.sock], self.read_timeout)
         except (OSError, ValueError):
-            readable = [first.sock]
-        return (second, first) if readable == [second.sock] else (first, second)
+            ready = [first.sock]
+        return (second, first) if ready == [second.sock] else (first, second)
 
     def _drain(self) -> None:
         """Read and drop the answers that lost a race and have arrived (their connections go

@@ -104,10 +104,9 @@ class Connection:
         if self.pid != os.getpid():
             return False
         try:
-            readable, _, _ = select.select([self.sock], [], [], 0)
+            return not readable([self.sock], 0)
         except (OSError, ValueError):
             return False
-        return not readable
 
     def close(self) -> None:
         try:
@@ -136,10 +135,9 @@ class Connection:
     def ready(self, timeout_s: float) -> bool:
         """Whether the answer has begun to arrive within `timeout_s` (without reading it)."""
         try:
-            readable, _, _ = select.select([self.sock], [], [], timeout_s)
+            return bool(readable([self.sock], timeout_s))
         except (OSError, ValueError):
             return True  # receive says what went wrong
-        return bool(readable)
 
     def receive(self, head: bool, url: str) -> tuple[Answer, bool]:
         """Read the answer to the request sent (`head`: a HEAD's, which has no body); and
@@ -215,6 +213,20 @@ class Connection:
                 raise Short(f"chunk of {len(chunk)} of {size} bytes")
             parts.append(chunk)
             self._line()
+
+
+def readable(socks: list[socket.socket], timeout_s: float | None) -> list[socket.socket]:
+    """Those of `socks` with something to read (an answer, or the peer's close) within
+    `timeout_s` (None: no limit): by ``poll``, which takes any file number (``select``
+    refuses those past 1,023, which a process with many connections reaches)."""
+    if not hasattr(select, "poll"):  # pragma: no cover - not Linux nor macOS
+        return select.select(socks, [], [], timeout_s)[0]
+    poller = select.poll()
+    by_fd = {sock.fileno(): sock for sock in socks}
+    for fd in by_fd:
+        poller.register(fd, select.POLLIN | select.POLLPRI | select.POLLHUP | select.POLLERR)
+    events = poller.poll(None if timeout_s is None else timeout_s * 1000)
+    return [by_fd[fd] for fd, _ in events]
 
 
 class Short(Exception):
