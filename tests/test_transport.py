@@ -524,3 +524,28 @@ def test_a_connection_past_file_number_1023_is_kept(server: Server) -> None:
         for fd in held:
             os.close(fd)
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+def test_a_raced_503_is_the_answer_when_the_slow_copy_then_breaks(
+    server: Server, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # GIVEN a first copy whose connection closes, unanswered, once the client has read the
+    # second copy's 503
+    read_503 = threading.Event()
+    receive = wire.Connection.receive
+
+    def noting(self: wire.Connection, head: bool, url: str) -> Any:
+        answer = receive(self, head, url)
+        if answer[0].status_code == 503:
+            read_503.set()
+        return answer
+
+    monkeypatch.setattr(wire.Connection, "receive", noting)
+
+    def broken(_: bytes) -> None:
+        read_503.wait(timeout=10)
+
+    server.replies = [broken, lambda _: b"HTTP/1.1 503 Slow Down\r\nContent-Length: 0\r\n\r\n"]
+    sender = transport(hedging=Fixed(20))
+    # THEN the 503 is given to the caller (its retries decide), not the broken copy's error
+    assert sender.send(request(server.url), "GetObject").status_code == 503

@@ -45,6 +45,9 @@ from botocore.httpsession import URLLib3Session, get_cert_path
 from s3queue.storage.hedging import Hedging
 from s3queue.storage.wire import Answer, Broken, Connection, Origin, Sent, Short, readable
 
+DRAIN_TIMEOUT_S = 1.0
+"""How long a lost race's answer, once it has begun to arrive, is waited for to the end."""
+
 
 @dataclass
 class Transport:
@@ -117,9 +120,13 @@ class Transport:
             answer, keep = conn.receive(sent.head_only, sent.url)
             return conn, None, answer, keep
         if other is not None and answer.status_code >= 500:
+            try:
+                second, second_keep = other.receive(sent.head_only, sent.url)
+            except Broken:  # the 5xx it is, for the caller's retries
+                other.close()
+                return conn, None, answer, keep
             self._done(origin, conn, keep)
-            answer, keep = other.receive(sent.head_only, sent.url)
-            return other, None, answer, keep
+            return other, None, second, second_keep
         return conn, other, answer, keep
 
     def _done(self, origin: Origin, conn: Connection, keep: bool) -> None:
@@ -143,7 +150,8 @@ class Transport:
         except Broken:
             second.close()
             return first, None
-        self.raced += 1
+        with self._lock:
+            self.raced += 1
         try:
             ready = readable([first.sock, second.sock], self.read_timeout)
         except (OSError, ValueError):
@@ -165,9 +173,11 @@ class Transport:
                 else:
                     conn.close()
                 continue
-            try:
+            try:  # begun: the rest is near, but a stalled one is not waited for long
+                conn.sock.settimeout(DRAIN_TIMEOUT_S)
                 _, keep = conn.receive(head_only, "")
-            except (Broken, BotoCoreError):
+                conn.sock.settimeout(self.read_timeout)
+            except (Broken, BotoCoreError, OSError):
                 keep = False
             if keep:
                 self._give_back(conn)
