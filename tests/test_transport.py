@@ -473,10 +473,8 @@ def test_a_read_that_answers_in_time_and_a_write_are_never_raced(server: Server)
     assert sender.raced == 0 and server.connections == 1
 
 
-def test_a_raced_copy_that_fails_fast_gives_way_to_the_slow_answer(
-    server: Server, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # GIVEN a first answer held back until the client has read the second copy's 503
+def _noting_503(monkeypatch: pytest.MonkeyPatch) -> threading.Event:
+    """An event set once the client has read a 503 (so a test's server can wait for it)."""
     read_503 = threading.Event()
     receive = wire.Connection.receive
 
@@ -487,6 +485,14 @@ def test_a_raced_copy_that_fails_fast_gives_way_to_the_slow_answer(
         return answer
 
     monkeypatch.setattr(wire.Connection, "receive", noting)
+    return read_503
+
+
+def test_a_raced_copy_that_fails_fast_gives_way_to_the_slow_answer(
+    server: Server, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # GIVEN a first answer held back until the client has read the second copy's 503
+    read_503 = _noting_503(monkeypatch)
 
     def held(_: bytes) -> bytes:
         read_503.wait(timeout=10)
@@ -531,16 +537,7 @@ def test_a_raced_503_is_the_answer_when_the_slow_copy_then_breaks(
 ) -> None:
     # GIVEN a first copy whose connection closes, unanswered, once the client has read the
     # second copy's 503
-    read_503 = threading.Event()
-    receive = wire.Connection.receive
-
-    def noting(self: wire.Connection, head: bool, url: str) -> Any:
-        answer = receive(self, head, url)
-        if answer[0].status_code == 503:
-            read_503.set()
-        return answer
-
-    monkeypatch.setattr(wire.Connection, "receive", noting)
+    read_503 = _noting_503(monkeypatch)
 
     def broken(_: bytes) -> None:
         read_503.wait(timeout=10)
