@@ -176,8 +176,9 @@ def test_the_bounds_kept_between_answers_are_those_of_every_sample_in_the_window
         now = base.now_ms()
         if rng.random() < 0.6:
             served = now + (rng.choice([0, 0, 0, 1, 600]) * 1000) + rng.randrange(-900, 900)
-            sent = now - rng.randrange(0, 300)
-            clock.observe(served // 1000 * 1000, sent, now)
+            late = rng.choice([0, 0, 0, 0, 50, 700_000])  # an answer observed late, by a thread
+            sent = now - late - rng.randrange(0, 300)
+            clock.observe(served // 1000 * 1000, sent, now - late)
         asked = now - rng.choice([0, 0, 0, 5, 400, 250_000])
         # THEN each reading equals the bounds recomputed from every sample in the window
         with clock._lock:
@@ -187,3 +188,47 @@ def test_the_bounds_kept_between_answers_are_those_of_every_sample_in_the_window
             ]
         want = (max(lo for lo, _ in recent), min(hi for _, hi in recent)) if recent else None
         assert got == want, step
+
+
+def _recomputed(clock: ServerClock, now: int) -> tuple[int, int] | None:
+    from s3queue.storage.servertime import WINDOW_MS
+
+    recent = [(lo, hi) for at, lo, hi in clock._samples if now - at <= WINDOW_MS]
+    return (max(lo for lo, _ in recent), min(hi for _, hi in recent)) if recent else None
+
+
+def test_the_bounds_widen_when_the_sample_that_set_one_is_pushed_out() -> None:
+    from s3queue.storage.servertime import MAX_SAMPLES
+
+    # GIVEN a full window whose oldest sample alone sets the lower bound
+    base = FakeClock(1_000_000)
+    clock = ServerClock(base)
+    clock.observe(1_000_900, 1_000_000, 1_000_000)  # low 900: the tightest
+    for i in range(1, MAX_SAMPLES):
+        now = 1_000_000 + i
+        clock.observe(now + 100, now - 10, now)  # low 100, high 1,110
+    assert clock.offsets() == (900, 1_110)
+    # WHEN one more answer pushes it out
+    now = 1_000_000 + MAX_SAMPLES
+    clock.observe(now + 100, now - 10, now)
+    base.advance(0.1)
+    # THEN the lower bound is the next tightest, as recomputed
+    assert clock.offsets() == _recomputed(clock, base.now_ms()) == (100, 1_110)
+
+
+def test_a_late_observation_leaves_the_window_on_its_own_time() -> None:
+    from s3queue.storage.servertime import WINDOW_MS
+
+    # GIVEN bounds from recent answers, then an answer received long ago observed now (a
+    # thread that was descheduled), tighter than the rest
+    base = FakeClock(1_000_000 + WINDOW_MS)
+    clock = ServerClock(base)
+    now = base.now_ms()
+    clock.observe(now + 100, now - 10, now)
+    early = now - WINDOW_MS + 1_000
+    clock.observe(early + 500, early - 10, early)  # low 500, high 1,510
+    assert clock.offsets() == (500, 1_110)
+    # WHEN its own window has passed, though not the others'
+    base.advance(2.0)
+    # THEN it no longer counts
+    assert clock.offsets() == _recomputed(clock, base.now_ms()) == (100, 1_110)

@@ -72,11 +72,6 @@ class ServerClock:
         self._lock = threading.Lock()
         self._samples: deque[tuple[int, int, int]] = deque(maxlen=MAX_SAMPLES)
         """(received, low, high): S3's time minus the local clock lies in [low, high]."""
-        self._cached: tuple[int, int] | None = None
-        self._computed_at, self._fresh_until = 0, -1
-        """`_bounds` as last computed, at that local time: the same for any time from then to
-        when its oldest sample leaves the window, until a sample is added (-1). Every answer
-        observes one, and each observation asks for them."""
 
     def local_ms(self) -> int:
         return self.base.now_ms()
@@ -89,7 +84,6 @@ class ServerClock:
             if bounds is not None and (low > bounds[1] or high < bounds[0]):
                 self._samples.clear()  # S3's clock or ours jumped: start over
             self._samples.append((received_ms, low, high))
-            self._fresh_until = -1
 
     def observe_answer(self, answer: Any, sent_ms: int) -> None:
         """`observe` a boto3 response dict (or a `ClientError`'s), or a record with its
@@ -102,18 +96,10 @@ class ServerClock:
             self.observe(date, sent_ms, self.base.now_ms())
 
     def _bounds(self, now: int) -> tuple[int, int] | None:
-        if self._computed_at <= now <= self._fresh_until:
-            return self._cached
-        lows, highs, oldest = [], [], None
-        for at, low, high in self._samples:
-            if now - at <= WINDOW_MS:
-                lows.append(low)
-                highs.append(high)
-                oldest = at if oldest is None else min(oldest, at)
-        self._cached = (max(lows), min(highs)) if lows else None
-        self._fresh_until = -1 if oldest is None else oldest + WINDOW_MS
-        self._computed_at = now
-        return self._cached
+        recent = [(low, high) for at, low, high in self._samples if now - at <= WINDOW_MS]
+        if not recent:
+            return None
+        return max(low for low, _ in recent), min(high for _, high in recent)
 
     def offsets(self) -> tuple[int, int] | None:
         """S3's time minus the local clock: its lowest and highest possible values."""
