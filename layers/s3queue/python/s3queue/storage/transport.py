@@ -84,7 +84,7 @@ class Transport:
             conn.send(sent.data, sent.body)
             if after is not None and not conn.ready(after / 1000):
                 conn, other = self._race(origin, conn, sent)
-            conn, other, answer, keep = self._first_answer(origin, conn, other, sent)
+            conn, other, answer, keep = self._first_answer(conn, other, sent)
         except BaseException as exc:
             for used in (conn, other):
                 if used is not None:
@@ -101,11 +101,11 @@ class Transport:
         if operation is not None:
             elapsed = (time.monotonic() - started) * 1000
             self.hedging.observe(operation, elapsed, raced=other is not None)
-        self._done(origin, conn, keep)
+        self._done(conn, keep)
         return answer
 
     def _first_answer(
-        self, origin: Origin, conn: Connection, other: Connection | None, sent: Sent
+        self, conn: Connection, other: Connection | None, sent: Sent
     ) -> tuple[Connection, Connection | None, Answer, bool]:
         """The answer to use: `conn`'s; if it breaks or fails (5xx) while a raced `other` is
         out, the other's. With the connection it came on, the one still out, and whether
@@ -125,13 +125,14 @@ class Transport:
             except Broken:  # the 5xx it is, for the caller's retries
                 other.close()
                 return conn, None, answer, keep
-            self._done(origin, conn, keep)
+            self._done(conn, keep)
             return other, None, second, second_keep
         return conn, other, answer, keep
 
-    def _done(self, origin: Origin, conn: Connection, keep: bool) -> None:
+    def _done(self, conn: Connection, keep: bool) -> None:
+        """A connection whose answer was read: kept (`_give`) if it may serve again."""
         if keep:
-            self._give(origin, conn)
+            self._give(conn)
         else:
             conn.close()
 
@@ -179,10 +180,7 @@ class Transport:
                 conn.sock.settimeout(self.read_timeout)
             except (Broken, BotoCoreError, OSError):
                 keep = False
-            if keep:
-                self._give_back(conn)
-            else:
-                conn.close()
+            self._done(conn, keep)
         if waiting:
             with self._lock:
                 self._draining.extend(waiting)
@@ -224,12 +222,10 @@ class Transport:
                 conn.close()
         return self._connect(origin, url)
 
-    def _give(self, origin: Origin, conn: Connection) -> None:
-        self._give_back(conn, origin.base)
-
-    def _give_back(self, conn: Connection, base: str | None = None) -> None:
+    def _give(self, conn: Connection) -> None:
+        """Back to its origin's idle ones (at most `pool_size`), else closed."""
         with self._lock:
-            idle = self._idle.setdefault(base or conn.base, [])
+            idle = self._idle.setdefault(conn.base, [])
             if len(idle) < self.pool_size and conn.pid == self._pid:
                 idle.append(conn)
                 return

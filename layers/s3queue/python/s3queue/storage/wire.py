@@ -115,12 +115,6 @@ class Connection:
         except OSError:
             pass
 
-    def exchange(self, data: bytes, body: bytes, head: bool, url: str) -> tuple[Answer, bool]:
-        """Send the request's head (`data`) and `body`, read the answer; and whether the
-        connection may be used again. `Broken` (from the socket's error) when it fails."""
-        self.send(data, body)
-        return self.receive(head, url)
-
     def send(self, data: bytes, body: bytes) -> None:
         """Send a request: its head (`data`) and `body`; `Broken` when it fails."""
         try:
